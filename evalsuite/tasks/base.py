@@ -1,0 +1,96 @@
+"""The task plugin API: a Task makes Samples deterministically from (params, seed) and scores outputs."""
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GenSettings:
+    """Generation settings for a task (greedy unless ``temperature`` > 0)."""
+
+    max_new_tokens: int = 64
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.0
+    n: int = 1  # samples per prompt (pass@k tasks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_new_tokens": self.max_new_tokens, "stop": list(self.stop),
+                "temperature": self.temperature, "n": self.n}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One evaluation item. Exactly one of ``messages`` (chat) or ``prompt`` (raw completion) is set.
+
+    ``metadata`` holds JSON-able values; its scalar entries are slices (e.g. context_len, depth).
+    ``target`` is whatever ``Task.score`` needs (JSON-able).
+    """
+
+    id: str
+    target: Any
+    messages: tuple[dict[str, str], ...] | None = None
+    prompt: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.prompt is None):
+            raise ValueError(f"sample {self.id}: set exactly one of messages or prompt")
+
+    def content_hash(self) -> str:
+        """Hash of what the model sees and what it is scored against (detects changed samples)."""
+        blob = json.dumps([self.messages, self.prompt, self.target], sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Score:
+    """A scored output: ``value`` in [0, 1] (1/0 for binary tasks), the extracted answer and a reason."""
+
+    value: float
+    extracted: str | None = None
+    reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(ABC):
+    """Base class for task plugins. Subclasses set ``name``, ``version``, ``default_params``."""
+
+    name: str = ""
+    version: str = "1"
+    description: str = ""
+    binary: bool = True  # scores are 0/1 (enables flips / McNemar)
+    default_params: dict[str, Any] = {}
+
+    def params(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Defaults merged with overrides; unknown keys are an error."""
+        merged = dict(self.default_params)
+        for key, value in (overrides or {}).items():
+            if key not in merged:
+                from evalsuite.errors import EvalsuiteError
+
+                raise EvalsuiteError(
+                    f"task {self.name!r}: unknown parameter {key!r}; known: {', '.join(sorted(merged))}")
+            merged[key] = value
+        return merged
+
+    @abstractmethod
+    def samples(self, params: dict[str, Any], seed: int) -> list[Sample]:
+        """Deterministic samples for (params, seed)."""
+
+    @abstractmethod
+    def gen_settings(self, params: dict[str, Any]) -> GenSettings:
+        """How to generate answers for this task."""
+
+    @abstractmethod
+    def score(self, sample: Sample, output: str) -> Score:
+        """Score one generated output."""
+
+    def score_many(self, sample: Sample, outputs: list[str]) -> Score:
+        """Combine n>1 outputs (default: mean of per-output scores; code overrides with pass@k)."""
+        scores = [self.score(sample, o) for o in outputs]
+        return Score(value=sum(s.value for s in scores) / len(scores), extracted=scores[0].extracted,
+                     reason=scores[0].reason)

@@ -1,0 +1,57 @@
+"""Shared fixtures: a tiny random-weight Llama (built from a config in code) with the embedded tokenizer."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The embedded model's tokenizer (from the converted cache folder; converted once if needed)."""
+    from transformers import AutoTokenizer
+
+    from evalsuite.models.embedded import converted_folder, embedded_gguf
+
+    tok = AutoTokenizer.from_pretrained(str(converted_folder(embedded_gguf())))
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def make_tiny_model(vocab_size: int, seed: int = 0, dtype: torch.dtype = torch.bfloat16,
+                    layers: int = 2, kv_heads: int = 2):
+    """A random-weight LlamaForCausalLM small enough to run in milliseconds."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=256, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=32,
+                      max_position_embeddings=4096, tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg).to(dtype)
+    model.eval()
+    return model
+
+
+@pytest.fixture
+def tiny(tokenizer):
+    """A LoadedModel wrapping a fresh tiny random model (bf16)."""
+    from evalsuite.models import wrap_model
+
+    return wrap_model(make_tiny_model(len(tokenizer)), tokenizer, name="tiny")
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    """The real embedded model (SmolLM2-135M-Instruct), bf16. Tests using it are marked ``embedded``."""
+    from evalsuite.models import load_model, offline
+
+    offline()
+    return load_model("default")
