@@ -1,0 +1,1 @@
+"""The release gate: policy YAML -> PASS / FAIL / INCONCLUSIVE per check, variant and overall."""

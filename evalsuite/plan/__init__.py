@@ -1,0 +1,1 @@
+"""Capacity and bandwidth planner from a model config.json."""

@@ -1,0 +1,1 @@
+"""Reports: self-contained HTML, Markdown summary, versioned results.json, JUnit XML."""

@@ -1,0 +1,1 @@
+"""Paired statistics: bootstrap CIs, flips, McNemar, agreement, KL divergence from the baseline."""
