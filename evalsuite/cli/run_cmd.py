@@ -1,0 +1,85 @@
+"""``evalsuite run``: baseline + variants on identical samples, stored as they complete, then gated."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from evalsuite.cli.common import baselines_root, model_options, quiet_libraries, runs_root, table
+from evalsuite.errors import EvalsuiteError
+from evalsuite.run.config import DEFAULT_TASKS, DEFAULT_VARIANTS, RunConfig
+
+
+def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
+    """``--param needle.context_lens=[512,1024]`` -> {"needle": {"context_lens": [512, 1024]}} (YAML values)."""
+    import yaml
+
+    out: dict[str, dict] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        task, dot, name = key.partition(".")
+        if not eq or not dot or not task or not name:
+            raise EvalsuiteError(f"bad --param {item!r}: expected TASK.NAME=VALUE")
+        out.setdefault(task, {})[name] = yaml.safe_load(value)
+    return out
+
+
+@click.command()
+@model_options
+@click.option("--variants", "-v", default=",".join(DEFAULT_VARIANTS), show_default=True,
+              help="Comma-separated variant specs; the baseline (bf16) is added first if missing.")
+@click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True, help="Comma-separated tasks.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most N samples per task.")
+@click.option("--seed", default=1234, show_default=True, help="Sample-generation seed.")
+@click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE", help="Override a task parameter.")
+@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--out", type=click.Path(path_type=Path), help="Runs folder (default ./runs or $EVALSUITE_RUNS).")
+@click.option("--run-id", help="Name of the run folder (default run-YYYYmmdd-HHMMSS).")
+@click.option("--resume", "resume", metavar="RUN", help="Continue an interrupted run (its stored config is used).")
+@click.option("--policy", type=click.Path(path_type=Path), help="Gate policy YAML (default: the shipped policy).")
+@click.option("--no-gate", is_flag=True, help="Only run and store; do not gate.")
+@click.option("--kld/--no-kld", default=True, show_default=True, help="Teacher-forced KL divergence vs baseline.")
+@click.option("--noise-floor", is_flag=True, help="Also rerun the baseline at another batch size (noise floor).")
+@click.option("--baseline", "baseline_dir", type=click.Path(path_type=Path),
+              help="Stored baselines folder to reuse (strict: a mismatch is an error). Default: reuse a matching "
+                   "one from ./baselines when present.")
+@click.option("--lm-eval-task", "lm_eval_tasks", multiple=True, help="Also run this lm-eval task (local data).")
+@click.option("--lm-eval-include", type=click.Path(path_type=Path), help="Folder of lm-eval task YAMLs.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, seed: int, params: tuple[str, ...],
+        batch_size: int, out: Path | None, run_id: str | None, resume: str | None, policy: Path | None,
+        no_gate: bool, kld: bool, noise_floor: bool, baseline_dir: Path | None, lm_eval_tasks: tuple[str, ...],
+        lm_eval_include: Path | None, quiet: bool) -> int:
+    """Run the baseline and every variant on the same samples of each task, store every scored sample as it
+    completes (SQLite, resumable), measure memory and speed, then gate against a policy.
+
+    Exit codes: 0 pass, 1 fail (or inconclusive under on_inconclusive: fail), 2 bad input.
+    """
+    from evalsuite.run.pipeline import execute, new_run_id, resume_config, score_table
+    from evalsuite.run.store import resolve_run_dir
+
+    root = out or runs_root()
+    if policy is not None and not policy.is_file():
+        raise EvalsuiteError(f"policy file not found: {policy}")
+    if resume:
+        run_dir = resolve_run_dir(resume, root)
+        config = resume_config(run_dir)
+    else:
+        config = RunConfig(model=model, dtype=dtype, variants=[v.strip() for v in variants.split(",") if v.strip()],
+                           tasks=[t.strip() for t in tasks.split(",") if t.strip()], task_params=parse_params(params),
+                           seed=seed, limit=limit, batch_size=batch_size, kld=kld, noise_floor=noise_floor,
+                           lm_eval_tasks=list(lm_eval_tasks),
+                           lm_eval_include=str(lm_eval_include.resolve()) if lm_eval_include else None)
+        run_dir = root / (run_id or new_run_id())
+    quiet_libraries()
+    baselines = baseline_dir or (baselines_root() if baselines_root().exists() else None)
+    store = execute(config, run_dir, resume=bool(resume), progress=not quiet, log=click.echo, baselines=baselines,
+                    strict_baseline=baseline_dir is not None)
+    click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
+    header, rows = score_table(store)
+    click.echo(table(rows, header))
+    if no_gate:
+        return 0
+    from evalsuite.cli.finish import gate_and_report
+
+    return gate_and_report(store, policy, echo=click.echo)

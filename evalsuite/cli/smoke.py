@@ -1,0 +1,43 @@
+"""``evalsuite smoke``: load a model, build each variant, answer one fixed prompt, print bytes and answers."""
+from __future__ import annotations
+
+import click
+
+from evalsuite.cli.common import fmt_bytes, model_options, quiet_libraries, table
+
+SMOKE_PROMPT = "What is the capital of France? Answer in one short sentence."
+
+
+@click.command()
+@model_options
+@click.option("--variants", "-v", default="bf16,w8,w4g64", show_default=True,
+              help="Comma-separated variant specs (see `evalsuite variants describe --help`).")
+@click.option("--max-new-tokens", default=24, show_default=True)
+def smoke(model: str, dtype: str, variants: str, max_new_tokens: int) -> int:
+    """Load MODEL, build each variant, greedy-answer one fixed prompt; print a table of
+    variant, measured weight bytes, formula bytes and the answer."""
+    from evalsuite.models import load_model, offline
+    from evalsuite.run.generate import generate_batch
+    from evalsuite.run.prompts import render_prompt
+    from evalsuite.tasks.base import GenSettings, Sample
+    from evalsuite.variants.build import build_variant
+    from evalsuite.variants.spec import parse_variant_list
+
+    specs = parse_variant_list(variants)  # bad specs fail before the model loads
+    offline()
+    quiet_libraries()
+    base = load_model(model, dtype)
+    click.echo(f"model {base.name} ({base.dtype}, fingerprint {base.fingerprint}, "
+               f"{base.meta['n_params'] / 1e6:.1f}M params)")
+    prompt = render_prompt(Sample(id="smoke", target=None, messages=({"role": "user", "content": SMOKE_PROMPT},)),
+                           base.tokenizer)
+    rows = []
+    for spec in specs:
+        variant = build_variant(base, spec)
+        gen = generate_batch(variant.model, variant.tokenizer, [prompt], GenSettings(max_new_tokens=max_new_tokens),
+                             variant.make_cache)[0]
+        w = variant.weights
+        rows.append([spec.name, fmt_bytes(w.measured), fmt_bytes(w.formula),
+                     f"{(w.measured / w.formula - 1) * 100:+.2f}%", gen.text.replace("\n", " ")[:80]])
+    click.echo(table(rows, ["variant", "weight bytes", "formula", "diff", "answer"]))
+    return 0

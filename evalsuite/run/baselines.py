@@ -1,0 +1,112 @@
+"""Stored baselines: per-sample baseline results with a manifest, keyed by the model's content fingerprint.
+
+A baseline keyed by model *name* silently returns stale results when the checkpoint changes; here the folder is
+``baselines/<fingerprint>/`` and every task entry records its version, parameters, generation settings, seed,
+sample hashes and library versions. A baseline that does not match is refused, with the reason.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from evalsuite.errors import StoreMismatch
+from evalsuite.run.prepare import PreparedTask
+from evalsuite.run.records import SampleResult
+from evalsuite.run.store import Store
+
+MANIFEST = "manifest.json"
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("torch", "transformers", "optimum-quanto", "evalsuite"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "absent"
+    return out
+
+
+def task_key(task: PreparedTask, seed: int) -> dict[str, Any]:
+    """Everything that must match for a stored baseline of this task to be reused."""
+    return {"version": task.version, "params": task.params, "gen_settings": task.gen.to_dict(), "seed": seed,
+            "sample_hashes": {s.id: s.content_hash() for s in task.samples}}
+
+
+def save_baseline(root: Path, store: Store, tasks: list[PreparedTask], seed: int, baseline: str) -> Path:
+    """Write ``root/<fingerprint>/`` from a finished run's baseline samples (tasks replaced one by one)."""
+    meta = store.meta()
+    folder = Path(root) / meta["fingerprint"]
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = _read_manifest(folder) or {"model": meta["model_name"], "fingerprint": meta["fingerprint"],
+                                          "dtype": meta["dtype"], "tasks": {}}
+    for task in tasks:
+        rows = [r.to_dict() for r in store.samples(baseline, task.name)]
+        tmp = folder / f".{task.name}.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(folder / f"{task.name}.jsonl")
+        manifest["tasks"][task.name] = {**task_key(task, seed), "n": len(rows), "created": time.time()}
+    manifest["libraries"] = library_versions()
+    tmp = folder / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1))
+    tmp.replace(folder / MANIFEST)
+    return folder
+
+
+def _read_manifest(folder: Path) -> dict[str, Any] | None:
+    path = folder / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def mismatch_reason(manifest: dict[str, Any], task: PreparedTask, seed: int) -> str | None:
+    """Why a stored baseline cannot stand in for this task (None if it can)."""
+    entry = manifest.get("tasks", {}).get(task.name)
+    if entry is None:
+        return f"no stored baseline for task {task.name!r}"
+    want = task_key(task, seed)
+    for key in ("version", "params", "gen_settings", "seed"):
+        if entry.get(key) != want[key]:
+            return f"task {task.name!r} {key} differs (stored {entry.get(key)!r}, now {want[key]!r})"
+    missing = [sid for sid, h in want["sample_hashes"].items() if entry["sample_hashes"].get(sid) != h]
+    if missing:
+        return f"task {task.name!r}: {len(missing)} samples missing or changed (e.g. {missing[0]})"
+    libs, now = manifest.get("libraries", {}), library_versions()
+    for pkg in ("torch", "transformers"):
+        if libs.get(pkg) != now[pkg]:
+            return f"{pkg} version differs (stored {libs.get(pkg)}, now {now[pkg]})"
+    return None
+
+
+@dataclass
+class BaselineSource:
+    """Looks up ``root/<fingerprint>/``; ``strict`` turns a mismatch into an error instead of a recompute."""
+
+    root: Path
+    fingerprint: str
+    seed: int
+    strict: bool = False
+    log: Callable[[str], None] = print
+
+    def import_into(self, store: Store, task: PreparedTask, name: str) -> bool:
+        """Copy the stored baseline samples of ``task`` into the run store; False when none is usable."""
+        folder = Path(self.root) / self.fingerprint
+        manifest = _read_manifest(folder)
+        reason = (f"no stored baseline for model fingerprint {self.fingerprint} under {self.root}"
+                  if manifest is None else mismatch_reason(manifest, task, self.seed))
+        if reason is not None:
+            if self.strict:
+                raise StoreMismatch(f"stored baseline refused: {reason}")
+            if manifest is not None:
+                self.log(f"stored baseline not reused: {reason}")
+            return False
+        done = store.done_ids(name, task.name)
+        wanted = {s.id for s in task.samples}
+        rows = [SampleResult(**{**json.loads(line), "variant": name})
+                for line in (folder / f"{task.name}.jsonl").read_text().splitlines() if line]
+        store.put_samples(r for r in rows if r.sample_id in wanted and r.sample_id not in done)
+        return True

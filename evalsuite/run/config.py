@@ -1,0 +1,36 @@
+"""What a run is asked to do (stored in the run's store so ``--resume`` can continue it exactly)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+BASELINE = "bf16"
+DEFAULT_VARIANTS = ("bf16", "w8", "w4g64", "kv4g32", "w4g64+kv4g32")
+DEFAULT_TASKS = ("needle", "reasoning", "code", "json")
+
+
+@dataclass
+class RunConfig:
+    """A run: one model, the baseline plus variants, tasks with parameters, a seed."""
+
+    model: str = "default"
+    dtype: str = "bfloat16"
+    variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
+    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
+    task_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seed: int = 1234
+    limit: int | None = None
+    batch_size: int = 16
+    max_batch_tokens: int = 24576
+    kld: bool = True
+    noise_floor: bool = False
+    baselines_dir: str | None = None  # stored baselines to reuse (None = don't)
+    lm_eval_tasks: list[str] = field(default_factory=list)
+    lm_eval_include: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        return cls(**d)

@@ -1,0 +1,64 @@
+"""Resolve tasks and variants of a RunConfig into concrete samples and specs (same samples for everyone)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from evalsuite.errors import EvalsuiteError
+from evalsuite.run.config import BASELINE, RunConfig
+from evalsuite.tasks.base import GenSettings, Sample, Task
+from evalsuite.tasks.registry import Registry
+from evalsuite.variants.spec import VariantSpec, parse_variant, variant_from_dict
+
+
+@dataclass
+class PreparedTask:
+    """A task with its resolved parameters, generation settings and (limited) samples."""
+
+    task: Task
+    params: dict[str, Any]
+    gen: GenSettings
+    samples: list[Sample]
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    @property
+    def version(self) -> str:
+        return str(self.task.version)
+
+
+def prepare_tasks(config: RunConfig, registry: Registry) -> list[PreparedTask]:
+    """Instantiate tasks, merge YAML params and CLI overrides, make samples from the run's seed."""
+    from evalsuite.tasks.params import load_task_params
+
+    if not config.tasks:
+        raise EvalsuiteError("no tasks given")
+    prepared = []
+    for name in config.tasks:
+        task = registry.get(name)
+        overrides = {**load_task_params(name), **config.task_params.get(name, {})}
+        params = task.params(overrides)
+        samples = task.samples(params, config.seed)
+        if config.limit is not None:
+            samples = samples[: config.limit]
+        ids = [s.id for s in samples]
+        if len(set(ids)) != len(ids):
+            raise EvalsuiteError(f"task {name!r} produced duplicate sample ids")
+        if not samples:
+            raise EvalsuiteError(f"task {name!r} produced no samples with these parameters")
+        prepared.append(PreparedTask(task, params, task.gen_settings(params), samples))
+    return prepared
+
+
+def prepare_variants(config: RunConfig) -> list[VariantSpec]:
+    """Baseline first (added if missing), then the variants in the order given."""
+    specs = [variant_from_dict(v) if isinstance(v, dict) else parse_variant(v) for v in config.variants]
+    names = [s.name for s in specs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise EvalsuiteError(f"variant listed twice: {', '.join(dup)}")
+    base = [s for s in specs if s.is_baseline]
+    rest = [s for s in specs if not s.is_baseline]
+    return (base[:1] or [parse_variant(BASELINE)]) + rest

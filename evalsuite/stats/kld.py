@@ -1,0 +1,56 @@
+"""Teacher-forced KL divergence of a variant's next-token distribution from the baseline's (llama.cpp-style).
+
+The baseline's own answer tokens are fed *after* the prompt as a second chunk, so a KV variant really reads its
+quantized cache (a single forward pass over prompt+answer shows no KV effect in ``exact`` prefill mode).
+The first answer token is predicted from the prompt chunk's last position; the rest from the answer chunk.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+
+def _chunked_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, answer_ids: torch.Tensor,
+                      answer_mask: torch.Tensor, cache: Any | None) -> torch.Tensor:
+    """Log-probs [batch, answer_len, vocab] predicting each answer token: prompt chunk, then answer chunk."""
+    from transformers import DynamicCache
+
+    cache = cache if cache is not None else DynamicCache()
+    pos1 = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    out1 = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos1, cache=cache, use_cache=True)
+    first = out1.logits[:, -1:, :].float()
+    if answer_ids.shape[1] <= 1:
+        return F.log_softmax(first, dim=-1)
+    full_mask = torch.cat([prompt_mask, answer_mask], dim=1)
+    pos2 = prompt_mask.sum(-1, keepdim=True) + torch.arange(answer_ids.shape[1]).unsqueeze(0)
+    out2 = model(input_ids=answer_ids[:, :-1], attention_mask=full_mask[:, :-1], position_ids=pos2[:, :-1],
+                 cache=cache, use_cache=True)
+    return F.log_softmax(torch.cat([first, out2.logits.float()], dim=1), dim=-1)
+
+
+@torch.no_grad()
+def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]],
+                       answers: Sequence[str], make_cache: Callable[[], Any] | None = None
+                       ) -> list[tuple[list[float], int, int]]:
+    """Per sample: (KL(base || variant) per answer token, top-1 agreements, answer tokens) for one batch."""
+    add_special = all(a for _, a in prompts)
+    enc = tokenizer([p for p, _ in prompts], return_tensors="pt", padding=True, add_special_tokens=add_special)
+    saved = tokenizer.padding_side
+    tokenizer.padding_side = "right"
+    try:
+        ans = tokenizer([a if a else tokenizer.eos_token for a in answers], return_tensors="pt", padding=True,
+                        add_special_tokens=False)
+    finally:
+        tokenizer.padding_side = saved
+    args = (enc["input_ids"], enc["attention_mask"], ans["input_ids"], ans["attention_mask"])
+    base_lp = _chunked_logprobs(base_model, *args, cache=None)
+    var_lp = _chunked_logprobs(var_model, *args, cache=make_cache() if make_cache else None)
+    kl = (base_lp.exp() * (base_lp - var_lp)).sum(-1).clamp(min=0.0)  # [batch, answer_len]
+    agree = base_lp.argmax(-1) == var_lp.argmax(-1)
+    out = []
+    for row in range(kl.shape[0]):
+        n = int(ans["attention_mask"][row].sum())
+        out.append((kl[row, :n].tolist(), int(agree[row, :n].sum()), n))
+    return out

@@ -1,0 +1,49 @@
+"""Build a runnable variant (model + KV-cache factory + measured bytes) from the loaded baseline."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from evalsuite.models.loader import LoadedModel
+from evalsuite.variants.memory import WeightBytes, weight_bytes
+from evalsuite.variants.spec import VariantSpec
+from evalsuite.variants.weights import quantize_weights
+
+
+@dataclass
+class BuiltVariant:
+    """A variant ready to generate: its model (shared with the baseline when weights are unquantized)."""
+
+    spec: VariantSpec
+    model: Any
+    tokenizer: Any
+    weights: WeightBytes
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def make_cache(self) -> Any | None:
+        """A fresh KV cache for one batch (None = transformers' default DynamicCache)."""
+        if self.spec.kv is None:
+            return None
+        from evalsuite.kvcache import make_cache
+
+        return make_cache(self.spec.kv, self.model.config)
+
+    @property
+    def cache_factory(self) -> Callable[[], Any | None]:
+        return self.make_cache
+
+    def kv_bytes_per_token(self) -> float:
+        """Formula bytes per token of this variant's KV cache (unquantized cache at the model dtype if none)."""
+        from evalsuite.kvcache import kv_bytes_per_token
+
+        dtype_bytes = next(self.model.parameters()).element_size()
+        return kv_bytes_per_token(self.spec.kv, self.model.config, dtype_bytes)
+
+
+def build_variant(base: LoadedModel, spec: VariantSpec) -> BuiltVariant:
+    """Quantize weights (a copy; baseline untouched) and measure the bytes held."""
+    model = quantize_weights(base.model, spec.weights)
+    return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer, weights=weight_bytes(model, spec.weights))
