@@ -33,7 +33,7 @@ def prepare_tasks(config: RunConfig, registry: Registry) -> list[PreparedTask]:
     """Instantiate tasks, merge YAML params and CLI overrides, make samples from the run's seed."""
     from evalsuite.tasks.params import load_task_params
 
-    if not config.tasks:
+    if not config.tasks and not config.lm_eval_tasks:
         raise EvalsuiteError("no tasks given")
     prepared = []
     for name in config.tasks:
@@ -49,6 +49,10 @@ def prepare_tasks(config: RunConfig, registry: Registry) -> list[PreparedTask]:
         if not samples:
             raise EvalsuiteError(f"task {name!r} produced no samples with these parameters")
         prepared.append(PreparedTask(task, params, task.gen_settings(params), samples))
+    if config.lm_eval_tasks:  # lm-eval generate_until tasks, as "lm_eval:<name>" tasks
+        from evalsuite.lmeval.adapter import prepare_lm_eval_tasks
+
+        prepared += prepare_lm_eval_tasks(config.lm_eval_tasks, config.lm_eval_include, config.seed, config.limit)
     return prepared
 
 
@@ -59,6 +63,6 @@ def prepare_variants(config: RunConfig) -> list[VariantSpec]:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise EvalsuiteError(f"variant listed twice: {', '.join(dup)}")
-    base = [s for s in specs if s.is_baseline]
-    rest = [s for s in specs if not s.is_baseline]
+    base = [s for s in specs if s.is_baseline and s.label is None]
+    rest = [s for s in specs if s not in base[:1]]  # a *named* no-op variant is compared like any other
     return (base[:1] or [parse_variant(BASELINE)]) + rest

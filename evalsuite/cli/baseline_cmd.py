@@ -1,0 +1,38 @@
+"""``evalsuite baseline``: store a pinned baseline keyed by the model's content fingerprint."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from evalsuite.cli.common import baselines_root, model_options, quiet_libraries, runs_root
+from evalsuite.run.config import DEFAULT_TASKS, RunConfig
+
+
+@click.command()
+@model_options
+@click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True)
+@click.option("--limit", type=click.IntRange(min=1))
+@click.option("--seed", default=1234, show_default=True)
+@click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE")
+@click.option("--out", type=click.Path(path_type=Path), help="Baselines folder (default ./baselines).")
+@click.option("--quiet", "-q", is_flag=True)
+def baseline(model: str, dtype: str, tasks: str, limit: int | None, seed: int, params: tuple[str, ...],
+             out: Path | None, quiet: bool) -> int:
+    """Run the baseline only and store its per-sample results with a manifest (model content fingerprint,
+    task versions, parameters, generation settings, library versions) under baselines/<fingerprint>/.
+    `evalsuite run` reuses a matching stored baseline and refuses (with the reason) one that does not match."""
+    from evalsuite.cli.run_cmd import parse_params
+    from evalsuite.run.baselines import save_baseline
+    from evalsuite.run.pipeline import execute, new_run_id
+    from evalsuite.run.prepare import prepare_tasks
+    from evalsuite.tasks.registry import default_registry
+
+    config = RunConfig(model=model, dtype=dtype, variants=["bf16"], tasks=[t.strip() for t in tasks.split(",")],
+                       task_params=parse_params(params), seed=seed, limit=limit, kld=False)
+    quiet_libraries()
+    run_dir = runs_root() / f"baseline-{new_run_id()}"
+    store = execute(config, run_dir, resume=False, progress=not quiet, log=click.echo)
+    folder = save_baseline(out or baselines_root(), store, prepare_tasks(config, default_registry()), seed, "bf16")
+    click.echo(f"baseline stored: {folder}")
+    return 0

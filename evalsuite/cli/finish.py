@@ -1,0 +1,57 @@
+"""Shared end of `run` and `gate`: print the verdict table, write the report, return the gate's exit code."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from evalsuite.cli.common import reports_root, table
+from evalsuite.gate.store_gate import GatedRun, gate_store
+from evalsuite.run.store import Store
+
+
+def verdict_rows(gated: GatedRun) -> tuple[list[str], list[list[str]]]:
+    """One row per variant × task (slice 'all'): Δ with CI, flips, KLD, verdict."""
+    worst = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
+    verdicts: dict[tuple[str, str], str] = {}
+    for c in gated.gate.checks:
+        key = (c.variant, c.task)
+        if worst[c.verdict] >= worst.get(verdicts.get(key, "PASS"), 0):
+            verdicts[key] = c.verdict
+    rows = []
+    for s in gated.stats:
+        if s.slice != "all":
+            continue
+        flips = f"{s.flips_right_to_wrong}↓ {s.flips_wrong_to_right}↑" if s.binary else "-"
+        kld = f"{s.kld_mean:.3f}" if s.kld_mean is not None else "-"
+        rows.append([s.variant, s.task, str(s.n), f"{s.baseline_mean:.3f}", f"{s.variant_mean:.3f}",
+                     f"{s.delta:+.3f} [{s.ci_low:+.3f},{s.ci_high:+.3f}]", flips, kld,
+                     verdicts.get((s.variant, s.task), "-")])
+    return ["variant", "task", "n", "base", "variant", "Δ [95% CI]", "flips", "KLD", "verdict"], rows
+
+
+def gate_and_report(store: Store, policy: Path | None, echo: Callable[[str], None] = print,
+                    report: bool = True, max_reasons: int = 12) -> int:
+    """Gate the stored run, print verdicts and the worst reasons, write the report; return the exit code."""
+    gated = gate_store(store, policy)
+    header, rows = verdict_rows(gated)
+    echo("\n" + table(rows, header))
+    bad = [c for c in gated.gate.checks if c.verdict != "PASS"]
+    bad.sort(key=lambda c: c.verdict != "FAIL")
+    for c in bad[:max_reasons]:
+        echo(f"  {c.verdict:<12} {c.variant}: {c.reason}")
+    if len(bad) > max_reasons:
+        echo(f"  ... {len(bad) - max_reasons} more (see the report)")
+    if gated.noise:
+        nf = [s for s in gated.noise if s.slice == "all"]
+        flips = sum(s.flips_right_to_wrong + s.flips_wrong_to_right for s in nf)
+        kmax = max((s.kld_mean or 0.0 for s in nf), default=0.0)
+        echo(f"noise floor (baseline rerun at another batch size): {flips} flips, max mean KLD {kmax:.4f}")
+    for v, verdict in gated.gate.variant_verdicts.items():
+        echo(f"{v:<24} {verdict}")
+    echo(f"overall: {gated.gate.overall} (exit {gated.gate.exit_code})")
+    if report:
+        from evalsuite.report.build import write_report
+
+        path = write_report(store, gated, reports_root())
+        echo(f"report: {path / 'index.html'}")
+    return gated.gate.exit_code

@@ -1,0 +1,43 @@
+"""Gate a stored run: store -> paired stats -> verdicts (no model needed)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalsuite.gate.policy import Policy, load_policy
+from evalsuite.gate.verdict import gate_run
+from evalsuite.run.runner import NOISE_SUFFIX
+from evalsuite.run.store import Store
+from evalsuite.stats.compare import noise_floor
+from evalsuite.stats.types import GateResult, PairedStats
+
+
+@dataclass
+class GatedRun:
+    """Everything the report and the CLI need from one gated run."""
+
+    baseline: str
+    variants: list[str]
+    stats: list[PairedStats]
+    gate: GateResult
+    noise: list[PairedStats] | None
+    policy: Policy
+
+
+def gate_store(store: Store, policy_path: Path | None = None) -> GatedRun:
+    """Compare every stored variant with the stored baseline and gate it against the policy."""
+    policy = load_policy(policy_path)
+    meta = store.meta()
+    baseline = meta.get("baseline", "bf16")
+    order = meta.get("variant_order") or store.variants_present()
+    present = set(store.variants_present())
+    variants = [v for v in order if v != baseline and v in present]
+    base_rows = store.samples(baseline)
+    records = {v: store.samples(v) for v in variants}
+    kld = {v: store.kld(v) for v in variants}
+    stats, gate = gate_run(base_rows, records, kld, policy)
+    noise = None
+    noise_name = baseline + NOISE_SUFFIX
+    if noise_name in present:
+        noise = noise_floor(base_rows, store.samples(noise_name), kld=store.kld(noise_name))
+    return GatedRun(baseline, variants, stats, gate, noise, policy)

@@ -1,0 +1,70 @@
+"""Build a run's report from its store: index.html, summary.md, results.json, junit.xml (written atomically)."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from evalsuite.gate.store_gate import GatedRun
+from evalsuite.report.html import render_html
+from evalsuite.report.junit import render_junit
+from evalsuite.report.markdown import render_markdown
+from evalsuite.report.model import Flip, ReportModel, needle_grid
+from evalsuite.run.records import SampleResult
+from evalsuite.run.store import Store
+
+MAX_FLIPS = 400
+
+
+def _flips(base: list[SampleResult], variant: list[SampleResult]) -> list[Flip]:
+    """Samples whose right/wrong status (score >= 0.5) differs between baseline and variant."""
+    by_id = {(r.task, r.sample_id): r for r in base}
+    out = []
+    for v in variant:
+        b = by_id.get((v.task, v.sample_id))
+        if b is not None and (b.score >= 0.5) != (v.score >= 0.5):
+            out.append(Flip(v.variant, v.task, v.sample_id, b.prompt, b.output, v.output, b.score, v.score))
+    return out
+
+
+def report_model(store: Store, gated: GatedRun) -> ReportModel:
+    """Gather the typed report model (see evalsuite.report.model for the schema)."""
+    meta = store.meta()
+    infos = store.variant_infos()
+    names = [gated.baseline] + gated.variants
+    base = store.samples(gated.baseline)
+    flips: list[Flip] = []
+    needle_rows = [r for r in base if r.task == "needle"]
+    for v in gated.variants:
+        rows = store.samples(v)
+        flips += _flips(base, rows)
+        needle_rows += [r for r in rows if r.task == "needle"]
+    return ReportModel(
+        run_id=store.path.parent.name,
+        created=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(meta.get("created", time.time()))),
+        model={"name": meta.get("model_name"), "fingerprint": meta.get("fingerprint"), "dtype": meta.get("dtype")},
+        baseline=gated.baseline, gate=gated.gate, variants=[infos[n] for n in names if n in infos],
+        stats=gated.stats, needle_grid=needle_grid(needle_rows), flips=flips[:MAX_FLIPS],
+        tasks=dict(meta.get("task_versions", {})), noise_floor=gated.noise)
+
+
+def write_report(store: Store, gated: GatedRun, out_root: Path) -> Path:
+    """Render every format into ``out_root/<run>/``; nothing half-written (temp folder, then rename)."""
+    report = report_model(store, gated).to_dict()
+    report["policy"] = gated.policy.to_dict()
+    target = Path(out_root) / report["run_id"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{report['run_id']}-"))
+    try:
+        (tmp / "results.json").write_text(json.dumps(report, indent=1, default=str))
+        (tmp / "summary.md").write_text(render_markdown(report))
+        (tmp / "junit.xml").write_text(render_junit(report))
+        (tmp / "index.html").write_text(render_html(report))
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
