@@ -1,0 +1,163 @@
+"""The report model: a versioned, JSON-able dict that the HTML/Markdown/JUnit renderers read.
+
+Shape (``schema_version`` 1)::
+
+    {"schema_version": 1, "run_id": str, "created": str (ISO 8601),
+     "model": {"name", "fingerprint", "dtype"}, "baseline": variant name,
+     "overall": "PASS"|"FAIL"|"INCONCLUSIVE", "exit_code": int,
+     "variants": [VariantInfo.to_dict() + {"verdict"}], "stats": [PairedStats.to_dict()],
+     "checks": [CheckResult.to_dict()],
+     "needle_grid": {variant: {"context_len": [..], "depth": [..], "score": [[per depth row, per context col]]}},
+     "flips": [{"variant", "task", "sample_id", "prompt", "baseline_output", "variant_output",
+                "baseline_score", "variant_score"}],
+     "tasks": {name: version}, "noise_floor": [PairedStats.to_dict()] (optional)}
+
+``score[i][j]`` is the mean score at ``depth[i]`` and ``context_len[j]`` (``None`` where no sample fell).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from evalsuite.errors import EvalsuiteError
+from evalsuite.run.records import SampleResult, VariantInfo
+from evalsuite.stats.types import GateResult, PairedStats
+
+SCHEMA_VERSION = 1
+REQUIRED = ("schema_version", "run_id", "created", "model", "baseline", "overall", "exit_code", "variants",
+            "stats", "checks")
+
+
+@dataclass(frozen=True)
+class Flip:
+    """One sample whose score differs between the baseline and a variant."""
+
+    variant: str
+    task: str
+    sample_id: str
+    prompt: str
+    baseline_output: str
+    variant_output: str
+    baseline_score: float
+    variant_score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ReportModel:
+    """Typed form of the report dict; ``to_dict()`` is what renderers and results.json take."""
+
+    run_id: str
+    created: str
+    model: dict[str, Any]
+    baseline: str
+    gate: GateResult
+    variants: list[VariantInfo] = field(default_factory=list)
+    stats: list[PairedStats] = field(default_factory=list)
+    needle_grid: dict[str, dict[str, list]] = field(default_factory=dict)
+    flips: list[Flip] = field(default_factory=list)
+    tasks: dict[str, str] = field(default_factory=dict)
+    noise_floor: list[PairedStats] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "created": self.created,
+            "model": dict(self.model), "baseline": self.baseline, "overall": self.gate.overall,
+            "exit_code": self.gate.exit_code,
+            "variants": [{**v.to_dict(), "verdict": self.gate.variant_verdicts.get(v.variant)}
+                         for v in self.variants],
+            "stats": [s.to_dict() for s in self.stats], "checks": [c.to_dict() for c in self.gate.checks],
+            "needle_grid": self.needle_grid, "flips": [f.to_dict() for f in self.flips], "tasks": dict(self.tasks)}
+        if self.noise_floor is not None:
+            d["noise_floor"] = [s.to_dict() for s in self.noise_floor]
+        return d
+
+
+def check_report(report: dict[str, Any]) -> dict[str, Any]:
+    """Raise a one-line EvalsuiteError unless ``report`` is a schema-1 report dict; fill optional keys."""
+    if not isinstance(report, dict):
+        raise EvalsuiteError(f"report must be a dict, got {type(report).__name__}")
+    missing = [k for k in REQUIRED if k not in report]
+    if missing:
+        raise EvalsuiteError(f"report is missing {', '.join(missing)}")
+    if report["schema_version"] != SCHEMA_VERSION:
+        raise EvalsuiteError(f"report schema_version {report['schema_version']!r} is not {SCHEMA_VERSION}")
+    out = dict(report)
+    for key, empty in (("needle_grid", {}), ("flips", []), ("tasks", {}), ("noise_floor", None)):
+        out.setdefault(key, empty)
+    return out
+
+
+def needle_grid(samples: Iterable[SampleResult], depth_key: str = "depth",
+                length_key: str = "context_len") -> dict[str, dict[str, list]]:
+    """Mean score per (depth, context length) cell for each variant, from samples carrying both metadata keys."""
+    cells: dict[str, dict[tuple[Any, Any], list[float]]] = defaultdict(lambda: defaultdict(list))
+    for s in samples:
+        if depth_key in s.metadata and length_key in s.metadata:
+            cells[s.variant][(s.metadata[depth_key], s.metadata[length_key])].append(s.score)
+    grids: dict[str, dict[str, list]] = {}
+    for variant, by_cell in cells.items():
+        depths = sorted({d for d, _ in by_cell})
+        lengths = sorted({n for _, n in by_cell})
+        score = [[(sum(v) / len(v)) if (v := by_cell.get((d, n))) else None for n in lengths] for d in depths]
+        grids[variant] = {"context_len": lengths, "depth": depths, "score": score}
+    return grids
+
+
+def cell_verdict(checks: list[dict[str, Any]], variant: str, task: str, slice_: str | None = None) -> str | None:
+    """Worst verdict among the checks of (variant, task[, slice]); None when no check covers it."""
+    rank = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
+    found = [c["verdict"] for c in checks if c["variant"] == variant and c["task"] == task
+             and (slice_ is None or c["slice"] == slice_)]
+    return max(found, key=lambda v: rank.get(v, 0)) if found else None
+
+
+def ordered_reasons(checks: list[dict[str, Any]], limit: int = 10) -> list[dict[str, Any]]:
+    """FAIL checks first, then INCONCLUSIVE (PASS omitted), at most ``limit``."""
+    order = {"FAIL": 0, "INCONCLUSIVE": 1}
+    bad = [c for c in checks if c["verdict"] in order]
+    return sorted(bad, key=lambda c: order[c["verdict"]])[:limit]
+
+
+def fmt_num(x: float | None, digits: int = 3) -> str:
+    """A number for a table cell; an em dash for missing."""
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def fmt_delta(delta: float, lo: float, hi: float) -> str:
+    """``-0.050 [-0.090, -0.010]`` (signed)."""
+    return f"{delta:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Bytes as GiB / MiB / KiB / B."""
+    if n is None:
+        return "—"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def fmt_ms(seconds: float | None) -> str:
+    """Seconds shown as milliseconds."""
+    return "—" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def stat_label(s: dict[str, Any]) -> str:
+    """``variant · task`` plus `` · slice`` unless the slice is ``all``."""
+    return f"{s['variant']} · {s['task']}" + ("" if s["slice"] == "all" else f" · {s['slice']}")
+
+
+def sorted_stats(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Stats in variant order (as listed in ``variants``), then task, then ``all`` before its slices."""
+    order = {v["variant"]: i for i, v in enumerate(report["variants"])}
+    return sorted(report["stats"], key=lambda s: (order.get(s["variant"], len(order)), s["variant"], s["task"],
+                                                  s["slice"] != "all", s["slice"]))
+
+
+__all__ = ["Flip", "ReportModel", "SCHEMA_VERSION", "cell_verdict", "check_report", "fmt_bytes",
+           "fmt_delta", "fmt_ms", "fmt_num", "needle_grid", "ordered_reasons", "sorted_stats", "stat_label"]

@@ -1,0 +1,176 @@
+"""The generated index.html in a real headless Chromium (Debian's ``chromium`` package), driven over the
+DevTools protocol on ``--remote-debugging-pipe`` (no extra dependency): no console errors or exceptions, no
+request leaves file:/data:, every embedded plot decodes, the flip browser filters, and a screenshot is a PNG.
+Install: ``apt-get update && apt-get install -y chromium``."""
+from __future__ import annotations
+
+import base64
+import fcntl
+import importlib.util
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalsuite.report.html import render_html
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--remote-debugging-pipe", "--window-size=1280,2000"]
+TIMEOUT_S = 60.0
+
+
+class Pipe:
+    """A minimal CDP client: JSON messages separated by NUL on fds 3 (to the browser) and 4 (from it)."""
+
+    def __init__(self, user_dir: Path):
+        to_r, self.to_w = os.pipe()
+        self.from_r, from_w = os.pipe()
+
+        def child_fds() -> None:  # in the child: the pipe ends become fds 3 and 4 (moved high first)
+            high_r, high_w = fcntl.fcntl(to_r, fcntl.F_DUPFD, 10), fcntl.fcntl(from_w, fcntl.F_DUPFD, 10)
+            os.dup2(high_r, 3)
+            os.dup2(high_w, 4)
+
+        # close_fds=False: subprocess would close 3 and 4 after preexec_fn; other fds are close-on-exec anyway
+        self.proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={user_dir}", "about:blank"],
+                                     preexec_fn=child_fds, close_fds=False, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(to_r)
+        os.close(from_w)
+        self.buf, self.next_id, self.events = b"", 0, []
+
+    def _read_message(self, deadline: float) -> dict[str, Any]:
+        while b"\0" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.from_r], [], [], left)[0]:
+                raise TimeoutError("no answer from chromium")
+            chunk = os.read(self.from_r, 1 << 20)
+            if not chunk:
+                raise RuntimeError("chromium closed the pipe: " + self.proc.stderr.read().decode(errors="replace"))
+            self.buf += chunk
+        raw, self.buf = self.buf.split(b"\0", 1)
+        return json.loads(raw)
+
+    def call(self, method: str, session: str | None = None, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            reply = self._read_message(deadline)
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def wait_event(self, method: str) -> dict[str, Any]:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not any(e.get("method") == method for e in self.events):
+            self.events.append(self._read_message(deadline))
+        return next(e for e in self.events if e.get("method") == method)
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close")
+        except (RuntimeError, TimeoutError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.to_w)
+        os.close(self.from_r)
+
+
+def _problems(events: list[dict[str, Any]]) -> list[str]:
+    """Console errors, uncaught exceptions, error log entries (CSP violations included)."""
+    out = []
+    for e in events:
+        m, p = e.get("method"), e.get("params", {})
+        if m == "Runtime.exceptionThrown":
+            d = p["exceptionDetails"]
+            out.append(f"{d.get('text')} {d.get('exception', {}).get('description', '')}"[:300])
+        elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+            out.append(json.dumps(p.get("args"))[:300])
+        elif m == "Log.entryAdded" and p["entry"].get("level") == "error":
+            out.append(p["entry"].get("text", "")[:300])
+    return out
+
+
+def load_page(html_path: Path, user_dir: Path, script: list[str]) -> tuple[list[Any], list[str], list[str], bytes]:
+    """Open the page; return the values of ``script`` expressions, problems, request URLs and a screenshot."""
+    pipe = Pipe(user_dir)
+    try:
+        target = next(t for t in pipe.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        sid = pipe.call("Target.attachToTarget", targetId=target["targetId"], flatten=True)["sessionId"]
+        for domain in ("Runtime", "Log", "Page", "Network"):
+            pipe.call(f"{domain}.enable", sid)
+        pipe.call("Emulation.setDeviceMetricsOverride", sid, width=1280, height=2000, deviceScaleFactor=1,
+                  mobile=False)
+        pipe.call("Page.navigate", sid, url=html_path.as_uri())
+        pipe.wait_event("Page.loadEventFired")
+        values = [pipe.call("Runtime.evaluate", sid, expression=s, returnByValue=True)["result"].get("value")
+                  for s in script]
+        shot = base64.b64decode(pipe.call("Page.captureScreenshot", sid, format="png")["data"])
+        urls = [e["params"]["request"]["url"] for e in pipe.events if e.get("method") == "Network.requestWillBeSent"]
+        return values, _problems(pipe.events), urls, shot
+    finally:
+        pipe.close()
+
+
+def crafted_report() -> dict[str, Any]:
+    """The report crafted in test_report_render.py (loaded by path: tests/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("_report_render", Path(__file__).with_name("test_report_render.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.crafted_report()
+
+
+def test_report_page_loads_clean_and_filters(tmp_path):
+    page = tmp_path / "index.html"
+    page.write_text(render_html(crafted_report()), encoding="utf-8")
+    script = [
+        "document.getElementById('f-count').textContent",
+        "Array.from(document.images).every(i => i.complete && i.naturalWidth > 100)",
+        "document.images.length",
+        "(() => { const s = document.getElementById('f-variant'); s.value = 'w8';"
+        " s.dispatchEvent(new Event('change')); return document.getElementById('f-count').textContent; })()",
+        "(() => { const q = document.getElementById('f-text'); document.getElementById('f-variant').value = '';"
+        " q.value = 'pwn'; q.dispatchEvent(new Event('input'));"
+        " return document.querySelectorAll('.flip:not(.hidden)').length; })()",
+        "document.querySelectorAll('script').length",
+    ]
+    values, problems, urls, shot = load_page(page, tmp_path / "profile", script)
+    assert problems == []
+    assert values[0] == "showing 3 of 3"
+    assert values[1] is True and values[2] == 3  # forest plot + two needle heatmaps decoded
+    assert values[3] == "showing 1 of 3"
+    assert values[4] == 1  # only the flip whose text holds the (escaped, inert) <script> mentions 'pwn'
+    assert values[5] == 1  # the escaped model text did not become a script element
+    assert urls and all(u.startswith(("file:", "data:")) for u in urls), urls
+    assert shot.startswith(b"\x89PNG\r\n\x1a\n") and len(shot) > 10_000
+    (tmp_path / "screenshot.png").write_bytes(shot)
+
+
+def test_detector_sees_errors_and_blocked_requests(tmp_path):
+    """Control: a page with a thrown error and a network image is reported, so a clean result means something."""
+    page = tmp_path / "bad.html"
+    page.write_text("<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-Policy\" "
+                    "content=\"default-src 'none'; script-src 'unsafe-inline'\"></head><body>"
+                    "<img src=\"https://example.invalid/x.png\"><script>undefinedFunction();</script>"
+                    "</body></html>", encoding="utf-8")
+    _, problems, urls, _ = load_page(page, tmp_path / "profile", [])
+    assert any("undefinedFunction" in p for p in problems), problems
+    assert any("Content Security Policy" in p for p in problems), problems
+    assert "https://example.invalid/x.png" in urls
