@@ -30,6 +30,7 @@ class PairedStats:
     kld_p99: float | None = None
     kld_max: float | None = None
     top1_agreement: float | None = None
+    n_unpaired: int = 0  # samples of this (task, slice) present on one side only (excluded from n)
 
     @property
     def flip_rate(self) -> float:

@@ -1,0 +1,166 @@
+"""Gate verdicts: PairedStats + Policy -> one CheckResult per check, a verdict per variant and overall.
+
+Interval checks are three-way: PASS when the 95% interval lies within the tolerance, FAIL when it lies
+entirely beyond it, INCONCLUSIVE when it straddles the limit (too few samples to tell).
+- max_drop: paired bootstrap CI of delta against -max_drop.
+- min_recovery: ratio variant/baseline with CI 1 + CI(delta)/baseline_mean (baseline mean taken as fixed).
+- max_flip_rate (binary tasks): a point check guarded against noise: PASS when flips/n <= max_flip_rate,
+  FAIL only when the Wilson 95% lower bound exceeds it, INCONCLUSIVE in between.
+- max_kld, min_score: point checks (PASS/FAIL); max_kld is skipped where no KLD was measured.
+- min_samples: a slice with fewer paired samples gets only an INCONCLUSIVE check; a policy task (unless
+  ``optional``) or a selector slice of a task that ran, without samples, gets an INCONCLUSIVE "no samples" check.
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence, Set
+
+from evalsuite.gate.policy import Policy, Thresholds
+from evalsuite.run.records import KLDResult, SampleResult
+from evalsuite.stats.compare import compare
+from evalsuite.stats.paired import wilson_ci
+from evalsuite.stats.types import ALL, CheckResult, GateResult, PairedStats, Verdict
+
+_RANK: dict[str, int] = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
+_EPS = 1e-12  # float slack so that e.g. a CI bound of exactly -0.05 meets max_drop 0.05
+_WORDS = {"PASS": "within", "FAIL": "exceeds", "INCONCLUSIVE": "straddles"}
+
+
+def worst(verdicts: Sequence[Verdict]) -> Verdict:
+    """FAIL if any FAIL, else INCONCLUSIVE if any, else PASS (PASS for no verdicts)."""
+    return max(verdicts, key=_RANK.__getitem__, default="PASS")
+
+
+def _at_least(lo: float, hi: float, limit: float) -> Verdict:
+    """Three-way verdict of 'value >= limit' from an interval of the value."""
+    return "PASS" if lo >= limit - _EPS else "FAIL" if hi < limit - _EPS else "INCONCLUSIVE"
+
+
+def _at_most(lo: float, hi: float, limit: float) -> Verdict:
+    """Three-way verdict of 'value <= limit' from an interval of the value."""
+    return "PASS" if hi <= limit + _EPS else "FAIL" if lo > limit + _EPS else "INCONCLUSIVE"
+
+
+def _label(task: str, slice_name: str) -> str:
+    return task if slice_name == ALL else f"{task}[{slice_name}]"
+
+
+def _n(st: PairedStats) -> str:
+    return f"n={st.n}" + (f", {st.n_unpaired} unpaired" if st.n_unpaired else "")
+
+
+def _check(st: PairedStats, check: str, threshold: float, observed: float, verdict: Verdict, reason: str,
+           ci: tuple[float, float] | None = None) -> CheckResult:
+    return CheckResult(st.variant, st.task, st.slice, check, threshold, observed, verdict,
+                       f"{_label(st.task, st.slice)}: {reason} ({_n(st)})", ci)
+
+
+def _max_drop(st: PairedStats, t: float) -> CheckResult:
+    v = _at_least(st.ci_low, st.ci_high, -t)
+    return _check(st, "max_drop", t, st.delta, v, f"Δ={st.delta:+.3f} [{st.ci_low:+.3f},{st.ci_high:+.3f}] "
+                  f"{_WORDS[v]} max_drop {t:g}", (st.ci_low, st.ci_high))
+
+
+def _min_recovery(st: PairedStats, r: float) -> CheckResult:
+    if st.baseline_mean <= 0:
+        return _check(st, "min_recovery", r, 0.0, "INCONCLUSIVE",
+                      "baseline mean is 0, recovery undefined")
+    ratio = st.variant_mean / st.baseline_mean
+    lo, hi = 1 + st.ci_low / st.baseline_mean, 1 + st.ci_high / st.baseline_mean
+    v = _at_least(lo, hi, r)
+    word = {"PASS": "meets", "FAIL": "below", "INCONCLUSIVE": "straddles"}[v]
+    return _check(st, "min_recovery", r, ratio, v, f"recovery {ratio:.3f} [{lo:.3f},{hi:.3f}] {word} "
+                  f"min_recovery {r:g}", (lo, hi))
+
+
+def _max_flip_rate(st: PairedStats, f: float) -> CheckResult:
+    k = st.flips_right_to_wrong + st.flips_wrong_to_right
+    lo, hi = wilson_ci(k, st.n)
+    v = _at_most(lo, st.flip_rate, f)
+    return _check(st, "max_flip_rate", f, st.flip_rate, v, f"flip rate {st.flip_rate:.3f} ({st.flips_right_to_wrong}"
+                  f"↓ {st.flips_wrong_to_right}↑, Wilson [{lo:.3f},{hi:.3f}]) {_WORDS[v]} max_flip_rate {f:g}",
+                  (lo, hi))
+
+
+def _max_kld(st: PairedStats, k: float) -> CheckResult:
+    m = float(st.kld_mean or 0.0)
+    v: Verdict = "PASS" if m <= k + _EPS else "FAIL"
+    return _check(st, "max_kld", k, m, v, f"mean KLD {m:.3f} (p99 {st.kld_p99 or 0.0:.3f}) "
+                  f"{'within' if v == 'PASS' else 'exceeds'} max_kld {k:g}")
+
+
+def _min_score(st: PairedStats, m: float) -> CheckResult:
+    v: Verdict = "PASS" if st.variant_mean >= m - _EPS else "FAIL"
+    return _check(st, "min_score", m, st.variant_mean, v, f"score {st.variant_mean:.3f} "
+                  f"{'meets' if v == 'PASS' else 'below'} min_score {m:g}")
+
+
+def slice_checks(st: PairedStats, th: Thresholds) -> list[CheckResult]:
+    """Every enabled check of one (variant, task, slice) row."""
+    if st.n < max(th.min_samples, 1):
+        what = "no paired samples" if st.n == 0 else f"n={st.n} < min_samples {th.min_samples}"
+        return [_check(st, "min_samples", th.min_samples, st.n, "INCONCLUSIVE", what)]
+    out = []
+    if th.max_drop is not None:
+        out.append(_max_drop(st, th.max_drop))
+    if th.min_recovery is not None:
+        out.append(_min_recovery(st, th.min_recovery))
+    if th.max_flip_rate is not None and st.binary:
+        out.append(_max_flip_rate(st, th.max_flip_rate))
+    if th.max_kld is not None and st.kld_mean is not None:
+        out.append(_max_kld(st, th.max_kld))
+    if th.min_score is not None:
+        out.append(_min_score(st, th.min_score))
+    return out
+
+
+def _missing(variant: str, task: str, slice_name: str, th: Thresholds, known: Sequence[str]) -> CheckResult:
+    close = difflib.get_close_matches(task, known, n=1) if task not in known else []
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return CheckResult(variant, task, slice_name, "min_samples", th.min_samples, 0, "INCONCLUSIVE",
+                       f"{_label(task, slice_name)}: no samples{hint}")
+
+
+def _variant_checks(variant: str, idx: Mapping[tuple[str, str, str], PairedStats], policy: Policy,
+                    known: Sequence[str]) -> list[CheckResult]:
+    tasks = [t for (v, t, s) in idx if v == variant and s == ALL]
+    tasks += [t for t, tp in policy.tasks.items() if t not in tasks and not tp.optional]
+    checks: list[CheckResult] = []
+    for task in tasks:
+        targets = [(ALL, policy.thresholds(task))] + [(r.name, policy.thresholds(task, r))
+                                                      for r in policy.slices(task)]
+        for slice_name, th in targets:
+            st = idx.get((variant, task, slice_name))
+            checks += slice_checks(st, th) if st else [_missing(variant, task, slice_name, th, known)]
+    return checks
+
+
+def evaluate_gate(stats: Sequence[PairedStats], policy: Policy, variants: Sequence[str] | None = None) -> GateResult:
+    """Gate every variant (those in ``stats``, or the given list) against ``policy``."""
+    idx = {(s.variant, s.task, s.slice): s for s in stats}
+    names = list(variants) if variants is not None else list(dict.fromkeys(s.variant for s in stats))
+    known = list(dict.fromkeys(s.task for s in stats))
+    result = GateResult()
+    for name in names:
+        checks = _variant_checks(name, idx, policy, known)
+        result.checks += checks
+        result.variant_verdicts[name] = worst([c.verdict for c in checks])
+    result.overall = worst(list(result.variant_verdicts.values()))
+    failing = result.overall == "FAIL" or (result.overall == "INCONCLUSIVE" and policy.on_inconclusive == "fail")
+    result.exit_code = 1 if failing else 0
+    return result
+
+
+def gate_run(baseline: Sequence[SampleResult], variants: Mapping[str, Sequence[SampleResult]],
+             kld: Mapping[str, Sequence[KLDResult]], policy: Policy, binary_tasks: Set[str] | None = None,
+             *, slice_keys: Sequence[str] | None = None, n_boot: int = 2000,
+             seed: int = 0) -> tuple[list[PairedStats], GateResult]:
+    """The stats table (all, key=value and the policy's selector slices, per variant) and its gate result.
+
+    ``binary_tasks``: names of binary tasks, or None to infer from the scores.
+    """
+    stats: list[PairedStats] = []
+    for name, records in variants.items():
+        stats += compare(baseline, records, kld.get(name, ()), slice_keys, binary_tasks,
+                         filters=policy.filters(), variant_name=name, n_boot=n_boot, seed=seed)
+    return stats, evaluate_gate(stats, policy, list(variants))

@@ -1,0 +1,97 @@
+"""Paired statistics primitives: bootstrap CI of a mean difference, exact McNemar, Wilson, KLD aggregates."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.stats import binomtest, norm
+from scipy.stats import t as t_dist
+
+from evalsuite.run.records import KLDResult
+
+#: the most resampled values held in memory at once (n_boot x n is processed in chunks of this size)
+_CHUNK = 4_000_000
+_FEW = 16  # at most this many distinct differences: resample counts instead of indices
+
+
+def paired_bootstrap_ci(base: np.ndarray, var: np.ndarray, n_boot: int = 2000, seed: int = 0,
+                        alpha: float = 0.05) -> tuple[float, float, float]:
+    """Mean of ``var - base`` and its paired bootstrap (1 - alpha) CI, resampling pairs jointly.
+
+    The interval is the expanded percentile interval (Hesterberg 2015): the percentile bounds' distances from
+    the estimate are scaled by sqrt(n / (n - 1)) * t(n - 1) / z, which undoes the percentile interval's
+    narrowness at small n (about +6% at n = 30, +2% at n = 100, +0.2% at n = 1000); the bounds are clipped
+    to [min, max] of the differences, which no mean of a resample can leave.
+    Seeded and reproducible. Scores are assumed to lie in [0, 1]: with fewer than two pairs there is no
+    variability estimate, so the interval is the whole range of a difference, [-1, 1] (delta 0.0 when n = 0).
+    When every difference is equal the interval collapses onto it (a variant identical to the baseline
+    gives exactly (0, 0, 0)).
+    """
+    base = np.asarray(base, dtype=float)
+    var = np.asarray(var, dtype=float)
+    if base.shape != var.shape or base.ndim != 1:
+        raise ValueError(f"paired arrays must be 1-d and equally long, got {base.shape} and {var.shape}")
+    diff = var - base
+    n = diff.size
+    if n == 0:
+        return 0.0, -1.0, 1.0
+    delta = float(diff.mean())
+    if n == 1:
+        return delta, -1.0, 1.0
+    if np.all(diff == diff[0]):
+        return float(diff[0]), float(diff[0]), float(diff[0])
+    means = _boot_means(diff, n_boot, np.random.default_rng(seed))
+    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
+    widen = math.sqrt(n / (n - 1)) * t_dist.ppf(1 - alpha / 2, n - 1) / norm.ppf(1 - alpha / 2)
+    lo, hi = delta + (lo - delta) * widen, delta + (hi - delta) * widen
+    return delta, float(max(lo, diff.min())), float(min(hi, diff.max()))
+
+
+def _boot_means(diff: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Means of ``n_boot`` resamples (with replacement) of the pairs.
+
+    Few distinct differences (binary tasks: -1, 0, 1) are resampled as multinomial counts, which has
+    exactly the distribution of resampling indices at a fraction of the cost; otherwise indices, in chunks.
+    """
+    n = diff.size
+    values, counts = np.unique(diff, return_counts=True)
+    if values.size <= _FEW:
+        return rng.multinomial(n, counts / n, size=n_boot) @ values / n
+    per_chunk = max(1, _CHUNK // n)
+    means = np.empty(n_boot)
+    for start in range(0, n_boot, per_chunk):
+        stop = min(n_boot, start + per_chunk)
+        means[start:stop] = diff[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    return means
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Exact two-sided McNemar p-value from the discordant counts b (right->wrong) and c (wrong->right)."""
+    if b < 0 or c < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {b}, {c}")
+    if b + c == 0:
+        return 1.0
+    return float(binomtest(min(b, c), b + c, 0.5, alternative="two-sided").pvalue)
+
+
+def wilson_ci(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion k/n; (0, 1) when n = 0."""
+    if n == 0:
+        return 0.0, 1.0
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def kld_aggregate(records: Sequence[KLDResult]) -> dict[str, float | None]:
+    """Pool the answer tokens of ``records``: token-mean and p99 KLD, max KLD, top-1 agreement.
+
+    Every value is None when the records hold no token.
+    """
+    tokens = np.fromiter((x for r in records for x in r.token_kld), dtype=float)
+    n_tokens = sum(r.n_tokens for r in records)
+    if tokens.size == 0 or n_tokens == 0:
+        return {"kld_mean": None, "kld_p99": None, "kld_max": None, "top1_agreement": None}
+    return {"kld_mean": float(tokens.mean()), "kld_p99": float(np.percentile(tokens, 99)),
+            "kld_max": float(tokens.max()),
+            "top1_agreement": sum(r.top1_agree for r in records) / n_tokens}
