@@ -1,0 +1,147 @@
+"""Build KV caches from a ``KVConfig`` and account for the bytes they hold."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.cache_utils import Cache, QuantizedCache, get_layer_types_and_kwargs
+
+from evalsuite.errors import EvalsuiteError
+from evalsuite.kvcache.config import KVConfig
+from evalsuite.kvcache.layer import LayerPlan, QuantKVLayer
+from evalsuite.kvcache.quant import META_BYTES
+
+
+class QuantKVCache(Cache):
+    """evalsuite's quantized KV cache: one :class:`QuantKVLayer` per decoder layer."""
+
+    def __init__(self, config: KVConfig, plan: LayerPlan, num_layers: int) -> None:
+        super().__init__(layers=[QuantKVLayer(plan) for _ in range(num_layers)])
+        self.kv_config = config
+        self.plan = plan
+
+    def nbytes(self) -> int:
+        return sum(layer.nbytes() for layer in self.layers)
+
+
+def _dims(model_config: Any) -> tuple[int, int, int]:
+    """(layers, kv heads, head dim) of a transformers model config."""
+    cfg = model_config.get_text_config(decoder=True) if hasattr(model_config, "get_text_config") else model_config
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return cfg.num_hidden_layers, kv_heads, head_dim
+
+
+def plan_for(config: KVConfig, head_dim: int, keep_dequantized: bool = True) -> LayerPlan:
+    """Resolve group sizes and the flush block; bad combinations raise EvalsuiteError."""
+    if config.fmt == "int" and config.bits not in (8, 4, 2):
+        raise EvalsuiteError(f"KV cache: int bits must be 8, 4 or 2, got {config.bits}")
+    if config.fmt not in ("int", "fp8e4", "fp8e5"):
+        raise EvalsuiteError(f"KV cache: unknown format {config.fmt!r} (int, fp8e4, fp8e5)")
+    if config.group < 0 or config.residual < 0:
+        raise EvalsuiteError("KV cache: group and residual must be >= 0")
+    dim_group = head_dim if config.group == 0 or config.group >= head_dim else config.group
+    if head_dim % dim_group:
+        raise EvalsuiteError(f"KV cache: group {config.group} does not divide head_dim {head_dim}")
+    if config.key_axis == "channel":
+        if config.group == 0 and config.residual == 0:
+            raise EvalsuiteError("KV cache: per-channel keys with group 0 need a residual > 0 (the group is the "
+                                 "flushed residual block)")
+        token_group = config.group or config.residual
+        flush = -(-max(config.residual, token_group) // token_group) * token_group
+        key_group = token_group
+    else:
+        flush, key_group = max(config.residual, 1), dim_group
+    return LayerPlan(fmt=config.fmt, bits=config.bits if config.fmt == "int" else 8, key_axis=config.key_axis,
+                     key_group=key_group, value_group=dim_group, flush=flush, prefill=config.prefill,
+                     keep_dequantized=keep_dequantized)
+
+
+def _check_layer_types(model_config: Any, allowed: set[str], backend: str) -> None:
+    layer_types, _ = get_layer_types_and_kwargs(model_config.get_text_config(decoder=True))
+    other = sorted(set(layer_types) - allowed)
+    if other:
+        raise EvalsuiteError(f"{backend} KV cache supports {sorted(allowed)} layers only (model has {other})")
+
+
+def make_cache(config: KVConfig, model_config: Any, keep_dequantized: bool = True) -> Cache:
+    """A fresh cache for one ``generate`` / forward: evalsuite's own, or transformers' QuantizedCache (quanto).
+
+    ``keep_dequantized`` (evalsuite backend): keep a dequantized compute copy of the quantized part (fast decode);
+    it changes speed and RAM only, never the values attention reads.
+    """
+    if config.backend == "hf":
+        _check_layer_types(model_config, {"full_attention"}, "hf (transformers QuantizedCache)")
+        if config.fmt != "int" or config.bits not in (2, 4) or config.group <= 0:
+            raise EvalsuiteError("hf KV cache (quanto) supports int 2/4 bits with a group size > 0")
+        return QuantizedCache(backend="quanto", config=model_config, nbits=config.bits, q_group_size=config.group,
+                              residual_length=config.residual)
+    if config.backend != "evalsuite":
+        raise EvalsuiteError(f"KV cache: unknown backend {config.backend!r} (evalsuite, hf)")
+    # sliding-window layers keep every token: the model's masks apply the window (exact, but holds more than needed)
+    _check_layer_types(model_config, {"full_attention", "sliding_attention"}, "evalsuite")
+    layers, _, head_dim = _dims(model_config)
+    return QuantKVCache(config, plan_for(config, head_dim, keep_dequantized), layers)
+
+
+def _tensor_bytes(obj: Any, seen: set[int]) -> int:
+    """Bytes of the tensors inside ``obj`` (plain, quanto subclass tensors via their inner tensors, tuples)."""
+    if isinstance(obj, (tuple, list)):
+        return sum(_tensor_bytes(o, seen) for o in obj)
+    if not isinstance(obj, torch.Tensor) or id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if type(obj) is not torch.Tensor and hasattr(obj, "__tensor_flatten__"):
+        names, _ = obj.__tensor_flatten__()
+        return sum(_tensor_bytes(getattr(obj, n), seen) for n in names)
+    return obj.numel() * obj.element_size()
+
+
+def cache_nbytes(cache: Cache) -> int:
+    """Exact bytes held by a QuantKVCache; for other caches the sum of the K/V tensors their layers hold."""
+    if isinstance(cache, QuantKVCache):
+        return cache.nbytes()
+    seen: set[int] = set()
+    total = 0
+    for layer in cache.layers:
+        for name in ("keys", "values", "_quantized_keys", "_quantized_values"):
+            total += _tensor_bytes(getattr(layer, name, None), seen)
+    return total
+
+
+def kv_bytes_per_token(config: KVConfig | None, model_config: Any, dtype_bytes: int = 2) -> float:
+    """Asymptotic KV bytes per token (whole model, batch 1, residual ignored).
+
+    2 (K and V) x layers x kv_heads x head_dim x bytes per value, plus float16 scale (+ zero point for ints) per
+    group. The hf backend (quanto) is estimated with a scale and a shift in the model dtype per group.
+    """
+    layers, kv_heads, head_dim = _dims(model_config)
+    rows = 2 * layers * kv_heads
+    if config is None:
+        return float(rows * head_dim * dtype_bytes)
+    if config.backend == "hf":
+        return rows * head_dim * (config.bits / 8 + 2 * dtype_bytes / config.group)
+    plan = plan_for(config, head_dim)
+    n_meta = 2 if plan.fmt == "int" else 1
+    per_value = plan.bits / 8
+    key_meta = n_meta * META_BYTES * head_dim / plan.key_group  # per-channel: D groups per key_group tokens
+    value_meta = n_meta * META_BYTES * head_dim / plan.value_group
+    return rows / 2 * (2 * head_dim * per_value + key_meta + value_meta)
+
+
+def kv_bytes_for_length(config: KVConfig | None, model_config: Any, n_tokens: int, batch: int = 1,
+                        dtype_bytes: int = 2) -> int:
+    """Exact bytes an evalsuite cache holds for ``n_tokens`` tokens: quantized part + full-precision residual.
+
+    The residual is ``n_tokens mod flush`` tokens whatever the prefill/decode split (see ``QuantKVLayer.update``).
+    """
+    full = kv_bytes_per_token(None, model_config, dtype_bytes)
+    if config is None:
+        return int(batch * n_tokens * full)
+    if config.backend != "evalsuite":
+        raise EvalsuiteError("kv_bytes_for_length: only the evalsuite backend has an exact formula")
+    plan = plan_for(config, _dims(model_config)[2])
+    residual = n_tokens % plan.flush
+    quant = kv_bytes_per_token(config, model_config, dtype_bytes) * (n_tokens - residual)
+    return int(round(batch * (quant + residual * full)))
