@@ -12,7 +12,7 @@ class CopyTask(Task):
     name = "copy"
     version = "1"
     description = "repeat a word (test task)"
-    default_params = {"n": 6, "max_new_tokens": 6}
+    default_params = {"n": 6, "max_new_tokens": 6, "stop_at_newline": True}
 
     def samples(self, params, seed):
         rng = random.Random(f"copy:{seed}")
@@ -26,7 +26,7 @@ class CopyTask(Task):
         return out
 
     def gen_settings(self, params):
-        return GenSettings(max_new_tokens=params["max_new_tokens"], stop=("\n",))
+        return GenSettings(max_new_tokens=params["max_new_tokens"], stop=("\n",) if params["stop_at_newline"] else ())
 
     def score(self, sample, output):
         ok = sample.target in output.lower()

@@ -1,0 +1,46 @@
+"""``evalsuite ablate``: sweep group sizes and bits on the same samples with one shared baseline."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from evalsuite.cli.common import model_options, quiet_libraries, reports_root, runs_root
+from evalsuite.run.config import RunConfig
+
+
+@click.command()
+@model_options
+@click.option("--sweep", "sweeps", multiple=True, required=True, metavar="PATTERN",
+              help="Variant pattern with braces, e.g. 'w4g{32,64,128,256}' or 'kv4g{32,64,128}'. Repeatable.")
+@click.option("--tasks", "-t", default="needle,reasoning", show_default=True)
+@click.option("--limit", type=click.IntRange(min=1))
+@click.option("--seed", default=1234, show_default=True)
+@click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE")
+@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--run-id", help="Run folder name (default ablate-YYYYmmdd-HHMMSS).")
+@click.option("--quiet", "-q", is_flag=True)
+def ablate(model: str, dtype: str, sweeps: tuple[str, ...], tasks: str, limit: int | None, seed: int,
+           params: tuple[str, ...], batch_size: int, run_id: str | None, quiet: bool) -> int:
+    """Run every swept variant and the baseline on identical samples; write a table and plots of each task's
+    score (95% CI) and KLD against bytes (weight bytes, or KV bytes per token for KV-only variants), with the
+    Pareto front marked, under reports/<run>/."""
+    from evalsuite.cli.run_cmd import parse_params
+    from evalsuite.gate.store_gate import gate_store
+    from evalsuite.report.ablation import ablation_points, expand_sweep, write_ablation
+    from evalsuite.run.pipeline import execute, new_run_id
+    from evalsuite.variants.spec import parse_variant_list
+
+    variants = ["bf16"] + [v for pattern in sweeps for v in expand_sweep(pattern)]
+    parse_variant_list(",".join(variants))  # bad specs or duplicates fail before anything runs
+    config = RunConfig(model=model, dtype=dtype, variants=variants, tasks=[t.strip() for t in tasks.split(",")],
+                       task_params=parse_params(params), seed=seed, limit=limit, batch_size=batch_size)
+    quiet_libraries()
+    run_dir = runs_root() / (run_id or new_run_id().replace("run-", "ablate-"))
+    store = execute(config, run_dir, resume=False, progress=not quiet, log=click.echo)
+    points = ablation_points(gate_store(store), store.variant_infos())
+    files = write_ablation(points, reports_root() / run_dir.name)
+    click.echo((reports_root() / run_dir.name / "ablation.md").read_text())
+    for f in files:
+        click.echo(f"wrote {f}")
+    return 0
