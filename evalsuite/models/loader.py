@@ -57,6 +57,17 @@ def _resolve_source(name: str) -> Path | str:
     raise EvalsuiteError(f"model {name!r} not found: give 'default', a folder, a .gguf file, or an HF id")
 
 
+def load_tokenizer(name: str = "default") -> Any:
+    """Only the tokenizer of a model argument (e.g. to render prompts for an export)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(_resolve_source(name)))
+    except OSError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise EvalsuiteError(f"cannot load the tokenizer of {name!r}: {first}") from None
+
+
 def load_model(name: str = "default", dtype: str = "bfloat16") -> LoadedModel:
     """Load tokenizer + model in ``dtype`` (default bf16), eval mode, with a content fingerprint."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -161,8 +161,8 @@ def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> floa
         cache = DynamicCache()
     ids = torch.randint(0, variant.model.config.vocab_size, (1, tokens))
     with torch.no_grad():
-        variant.model(input_ids=ids, cache=cache, use_cache=True)
-        variant.model(input_ids=ids[:, -1:], cache=cache, use_cache=True)
+        variant.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+        variant.model(input_ids=ids[:, -1:], cache=cache, use_cache=True, logits_to_keep=1)
     return cache_nbytes(cache) / (tokens + 1)
 
 
