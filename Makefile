@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # GPU users: `make setup TORCH_SPEC=` keeps the torch already in the venv (or install your own first).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup gate test browser clean
+.PHONY: setup gate test browser server-deps clean
 
 setup: $(VENV)/.installed
 
@@ -28,6 +28,11 @@ browser:
 
 test: setup browser
 	$(PY) -m pytest -q
+
+# Optional: a real llama.cpp server for the endpoint tests (compiles llama.cpp, several minutes) and Ray.
+server-deps: setup
+	CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
+	  $(PY) -m pip install -q 'llama-cpp-python[server]' && $(PY) -m pip install -q -e '.[ray]'
 
 clean:
 	rm -rf $(VENV) runs reports/*/ .pytest_cache

@@ -46,10 +46,12 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--lm-eval-task", "lm_eval_tasks", multiple=True, help="Also run this lm-eval task (local data).")
 @click.option("--lm-eval-include", type=click.Path(path_type=Path), help="Folder of lm-eval task YAMLs.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="Fan (variant x task x shard) units out to Ray (a local instance, or ADDRESS).")
 def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, seed: int, params: tuple[str, ...],
         batch_size: int, out: Path | None, run_id: str | None, resume: str | None, policy: Path | None,
         no_gate: bool, kld: bool, noise_floor: bool, baseline_dir: Path | None, lm_eval_tasks: tuple[str, ...],
-        lm_eval_include: Path | None, quiet: bool) -> int:
+        lm_eval_include: Path | None, quiet: bool, ray_address: str | None = None) -> int:
     """Run the baseline and every variant on the same samples of each task, store every scored sample as it
     completes (SQLite, resumable), measure memory and speed, then gate against a policy.
 
@@ -74,7 +76,7 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, se
     quiet_libraries()
     baselines = baseline_dir or (baselines_root() if baselines_root().exists() else None)
     store = execute(config, run_dir, resume=bool(resume), progress=not quiet, log=click.echo, baselines=baselines,
-                    strict_baseline=baseline_dir is not None)
+                    strict_baseline=baseline_dir is not None, ray_address=ray_address)
     click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
     header, rows = score_table(store)
     click.echo(table(rows, header))

@@ -17,14 +17,23 @@ def new_run_id() -> str:
 
 def execute(config: RunConfig, run_dir: Path, resume: bool, progress: bool = True,
             log: Callable[[str], None] = print, baselines: Path | None = None,
-            strict_baseline: bool = False) -> Store:
+            strict_baseline: bool = False, ray_address: str | None = None) -> Store:
     """Load the model once, prepare identical samples, run baseline then variants into the run's store."""
+    if config.model.startswith("openai:"):  # an OpenAI-compatible server (evalsuite.scale.endpoint)
+        from evalsuite.scale.endpoint_run import execute_endpoint
+
+        return execute_endpoint(config, run_dir, resume, progress=progress, log=log)
     from evalsuite.models import load_model, offline
     from evalsuite.run.prepare import prepare_tasks, prepare_variants
     from evalsuite.run.runner import Runner
     from evalsuite.tasks.registry import default_registry
 
     offline()
+    if ray_address is not None:  # (variant x task x shard) units on Ray; this process still writes the store
+        from evalsuite.scale.ray_driver import execute_ray
+
+        return execute_ray(config, run_dir, resume, address=ray_address, progress=progress, log=log,
+                           baselines=baselines, strict_baseline=strict_baseline)
     specs = prepare_variants(config)  # bad specs fail before anything loads or is written
     tasks = prepare_tasks(config, default_registry())
     base = load_model(config.model, config.dtype)
