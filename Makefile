@@ -26,13 +26,18 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
 	  echo "chromium not installed: the browser test will be skipped"; }
 
-test: setup browser
+test: setup browser server-deps
 	$(PY) -m pytest -q
 
-# Optional: a real llama.cpp server for the endpoint tests (compiles llama.cpp, several minutes) and Ray.
-server-deps: setup
+# A real llama.cpp server for the endpoint tests (llama-cpp-python compiles llama.cpp from its sdist: several
+# minutes the first time, then pip's wheel cache) and Ray for the fan-out tests.
+server-deps: $(VENV)/.server-deps
+
+$(VENV)/.server-deps: $(VENV)/.installed
 	CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
-	  $(PY) -m pip install -q 'llama-cpp-python[server]' && $(PY) -m pip install -q -e '.[ray]'
+	  $(PY) -m pip install -q -c constraints.txt 'llama-cpp-python[server]==0.3.36'
+	$(PY) -m pip install -q -c constraints.txt -e '.[ray]'
+	touch $@
 
 clean:
 	rm -rf $(VENV) runs reports/*/ .pytest_cache
