@@ -86,7 +86,7 @@ def generate_batch(model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool
         ids = row.tolist()
         n = next((k for k, t in enumerate(ids) if t in _stop_ids(tokenizer)), len(ids))
         text = cut_at_stop(tokenizer.decode(ids[:n], skip_special_tokens=True), gen.stop)
-        results.append(Generation(text=text.strip(), n_tokens=n, prompt_tokens=int(mask.sum()), ttft_s=ttft,
+        results.append(Generation(text=text.rstrip(), n_tokens=n, prompt_tokens=int(mask.sum()), ttft_s=ttft,
                                   itl_s=itl))
     return results
 
