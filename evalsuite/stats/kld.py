@@ -30,11 +30,35 @@ def _chunked_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.T
     return F.log_softmax(torch.cat([first, out2.logits.float()], dim=1), dim=-1)
 
 
+class BaselineLogprobCache:
+    """Keeps the baseline's answer log-probs (bf16) between variants, up to a byte budget, so the baseline's
+    teacher-forced pass runs once per batch instead of once per variant."""
+
+    def __init__(self, max_bytes: int = 4 << 30) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+        self._store: dict[Any, torch.Tensor] = {}
+
+    def get(self, key: Any, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
+        if key in self._store:
+            return self._store[key].float()
+        value = compute()
+        size = value.numel() * 2
+        if self.used + size <= self.max_bytes:
+            self._store[key] = value.to(torch.bfloat16)
+            self.used += size
+            return self._store[key].float()  # the same rounding whether cached or not
+        return value.to(torch.bfloat16).float()
+
+
 @torch.no_grad()
 def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]],
-                       answers: Sequence[str], make_cache: Callable[[], Any] | None = None
+                       answers: Sequence[str], make_cache: Callable[[], Any] | None = None,
+                       base_cache: BaselineLogprobCache | None = None, cache_key: Any = None
                        ) -> list[tuple[list[float], int, int]]:
-    """Per sample: (KL(base || variant) per answer token, top-1 agreements, answer tokens) for one batch."""
+    """Per sample: (KL(base || variant) per answer token, top-1 agreements, answer tokens) for one batch.
+
+    With ``base_cache`` and ``cache_key`` the baseline's log-probs of this batch are computed once and reused."""
     add_special = all(a for _, a in prompts)
     enc = tokenizer([p for p, _ in prompts], return_tensors="pt", padding=True, add_special_tokens=add_special)
     saved = tokenizer.padding_side
@@ -45,8 +69,10 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
     finally:
         tokenizer.padding_side = saved
     args = (enc["input_ids"], enc["attention_mask"], ans["input_ids"], ans["attention_mask"])
-    base_lp = _chunked_logprobs(base_model, *args, cache=None)
+    cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0)
+    base_lp = cache.get(cache_key, lambda: _chunked_logprobs(base_model, *args, cache=None))
     var_lp = _chunked_logprobs(var_model, *args, cache=make_cache() if make_cache else None)
+    var_lp = var_lp.to(torch.bfloat16).float()  # rounded like the cached baseline, so identical inputs give 0
     kl = (base_lp.exp() * (base_lp - var_lp)).sum(-1).clamp(min=0.0)  # [batch, answer_len]
     agree = base_lp.argmax(-1) == var_lp.argmax(-1)
     out = []
