@@ -4,6 +4,8 @@ PY := $(VENV)/bin/python
 # This CPU machine takes torch from a local CPU wheel: it must be installed before anything pulls a CUDA build.
 # GPU users: `make setup TORCH_SPEC=` keeps the torch already in the venv (or install your own first).
 TORCH_SPEC ?= torch==2.13.0
+# Samples per task for `make gate` (spread evenly over each task; sized for a 2-core CPU). GATE_LIMIT= runs all.
+GATE_LIMIT ?= 12
 
 .PHONY: setup gate test browser server-deps clean
 
@@ -18,7 +20,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 gate: setup
-	$(VENV)/bin/evalsuite run
+	$(VENV)/bin/evalsuite run $(if $(GATE_LIMIT),--limit $(GATE_LIMIT))
 
 # Headless Chromium for the report's browser test (Debian package; skipped where apt-get is unavailable).
 browser:

@@ -5,7 +5,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 BASELINE = "bf16"
-DEFAULT_VARIANTS = ("bf16", "w8", "w4g64", "kv4g32", "w4g64+kv4g32")
+#: The 2x2 grid {BF16, int4 weights} x {BF16, int4 KV cache}.
+DEFAULT_VARIANTS = ("bf16", "w4g64", "kv4g32", "w4g64+kv4g32")
 DEFAULT_TASKS = ("needle", "reasoning", "code", "json")
 
 

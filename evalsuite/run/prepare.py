@@ -29,6 +29,15 @@ class PreparedTask:
         return str(self.task.version)
 
 
+def spread_limit(samples: list[Sample], limit: int | None) -> list[Sample]:
+    """At most ``limit`` samples, evenly spaced over the task's order (so a limited needle run still covers
+    its grid of kinds x lengths x depths instead of only the first cells). Deterministic."""
+    if limit is None or limit >= len(samples):
+        return samples
+    step = len(samples) / limit
+    return [samples[int(i * step)] for i in range(limit)]
+
+
 def prepare_tasks(config: RunConfig, registry: Registry) -> list[PreparedTask]:
     """Instantiate tasks, merge YAML params and CLI overrides, make samples from the run's seed."""
     from evalsuite.tasks.params import load_task_params
@@ -41,8 +50,7 @@ def prepare_tasks(config: RunConfig, registry: Registry) -> list[PreparedTask]:
         overrides = {**load_task_params(name), **config.task_params.get(name, {})}
         params = task.params(overrides)
         samples = task.samples(params, config.seed)
-        if config.limit is not None:
-            samples = samples[: config.limit]
+        samples = spread_limit(samples, config.limit)
         ids = [s.id for s in samples]
         if len(set(ids)) != len(ids):
             raise EvalsuiteError(f"task {name!r} produced duplicate sample ids")
