@@ -109,7 +109,8 @@ def test_token_length_within_ten_percent(task, tokenizer):
 
 @pytest.mark.parametrize("bad", [{"kinds": ["haystack"]}, {"kinds": []}, {"depths": [1.5]},
                                  {"context_lens": [64]}, {"value_types": ["emoji"]}, {"num_values": 0},
-                                 {"num_distractors": 40}, {"repeats": 1.5},
+                                 {"num_distractors": 40}, {"repeats": 1.5}, {"depths": [0.5, 0.501]},
+                                 {"context_lens": [512, 512]},
                                  {"colour": "red"}])
 def test_bad_params_raise(task, bad):
     with pytest.raises(EvalsuiteError):

@@ -97,7 +97,7 @@ def build_sample(kind: str, vtype: str, context_len: int, depth: float, rng: ran
     fixed = " ".join([SYSTEM, built.intro, built.question] + [t for _, t in built.needles])
     budget = context_len - nt.TEMPLATE_TOKENS - nt.estimate_tokens(fixed) - len(built.needles) - 4
     if budget < 32:
-        raise EvalsuiteError(f"needle: context_len {context_len} is too small for kind {kind!r} "
+        raise EvalsuiteError(f"task 'needle': context_len {context_len} is too small for kind {kind!r} "
                              f"(needs at least {context_len - int(budget) + 32})")
     haystack = nt.insert_at(nt.filler(rng, budget), built.needles)
     return f"{built.intro}\n\n{haystack}\n\n{built.question}", built
@@ -129,6 +129,9 @@ def _check(p: dict[str, Any]) -> None:
         raise bad(f"context_lens must be integers >= 128; got {p['context_lens']!r}")
     if not p["depths"] or any(not isinstance(d, (int, float)) or not 0 <= d <= 1 for d in p["depths"]):
         raise bad(f"depths must be numbers in [0, 1]; got {p['depths']!r}")
+    if len(set(p["context_lens"])) < len(p["context_lens"]) or len({f"{d:.2f}" for d in p["depths"]}) < len(
+            p["depths"]):
+        raise bad("context_lens and depths must not repeat (depths are told apart at 2 decimals)")
     for key, top in (("repeats", 1000), ("num_distractors", 20), ("num_values", 10), ("num_queries", 10),
                      ("vt_hops", 10), ("vt_chains", 10), ("max_new_tokens", 4096)):
         if not isinstance(p[key], int) or not 1 <= p[key] <= top:

@@ -1,8 +1,8 @@
 """Multi-step arithmetic word problems: generated (steps x difficulty grid) or read from a GSM8K-format jsonl.
 
-The model may reason in words; it is asked to end with ``Answer: N``. Extraction prefers that line, then a
-GSM8K ``#### N`` marker, then the last number in the output; answers compare numerically. The defaults (1-2 steps,
-small numbers) suit a ~100M-parameter instruct model, which rarely gets 3-step problems right.
+Three worked examples (earlier chat turns) show the format: calculations, then ``Answer: N``. Extraction prefers
+that line, then a GSM8K ``#### N`` marker, then the last number in the output; answers compare numerically. The
+defaults (1-2 steps, small numbers) suit a ~100M-parameter instruct model, which rarely gets 3-step problems right.
 """
 from __future__ import annotations
 
@@ -16,8 +16,14 @@ from typing import Any
 from evalsuite.errors import EvalsuiteError
 from evalsuite.tasks.base import GenSettings, Sample, Score, Task
 
-#: Appended to each question (no system message: the model's own default system prompt applies).
-INSTRUCTION = "Give the final answer on the last line as 'Answer: N'."
+#: Worked examples shown as earlier chat turns: they fix the answer format (one calculation per line, then
+#: ``Answer: N``), which a small instruct model follows far better than a written instruction.
+SHOTS: tuple[tuple[str, str], ...] = (
+    ("Mia has 3 pens. Mia gets 4 more pens. How many pens does Mia have now?", "3 + 4 = 7\nAnswer: 7"),
+    ("Sam has 9 cards. Sam gives away 3 cards. How many cards does Sam have now?", "9 - 3 = 6\nAnswer: 6"),
+    ("Lee has 5 shells. Lee finds 6 more shells. Lee loses 4 shells. How many shells does Lee have now?",
+     "5 + 6 = 11\n11 - 4 = 7\nAnswer: 7"),
+)
 
 
 @dataclass(frozen=True)
@@ -37,8 +43,8 @@ LEVELS: dict[str, Level] = {
 }
 _NAMES = ("Tom", "Anna", "Maria", "Ben", "Lily", "Omar", "Sara", "Leo", "Nina", "Jack", "Emma", "Ravi")
 _ITEMS = ("apples", "marbles", "stickers", "pencils", "cookies", "stamps", "shells", "coins", "books", "cards")
-_ADD = ("{n} buys {k} more {i}.", "{n} finds {k} more {i}.", "A friend gives {n} {k} {i}.")
-_SUB = ("{n} gives {k} {i} to a friend.", "{n} loses {k} {i}.", "{n} uses {k} {i}.")
+_ADD = ("{n} gets {k} more {i}.", "{n} buys {k} more {i}.", "{n} finds {k} more {i}.")
+_SUB = ("{n} gives away {k} {i}.", "{n} loses {k} {i}.", "{n} uses {k} {i}.")
 
 
 def _step(rng: random.Random, level: Level, name: str, item: str, have: int) -> tuple[str, int]:
@@ -135,7 +141,11 @@ def load_gsm8k(path: Path) -> list[dict[str, Any]]:
 
 
 def _messages(question: str) -> tuple[dict[str, str], ...]:
-    return ({"role": "user", "content": f"{question}\n{INSTRUCTION}"},)
+    """The worked examples as earlier turns, then the question (the model's default system prompt applies)."""
+    turns: list[dict[str, str]] = []
+    for shot_q, shot_a in SHOTS:
+        turns += [{"role": "user", "content": shot_q}, {"role": "assistant", "content": shot_a}]
+    return (*turns, {"role": "user", "content": question})
 
 
 class ReasoningTask(Task):
@@ -148,10 +158,10 @@ class ReasoningTask(Task):
     default_params: dict[str, Any] = {
         "steps": [1, 2],
         "difficulties": ["easy", "medium"],
-        "per_cell": 6,
+        "per_cell": 8,
         "jsonl_path": None,
         "limit": None,
-        "max_new_tokens": 96,
+        "max_new_tokens": 64,
     }
 
     def samples(self, params: dict[str, Any], seed: int) -> list[Sample]:
