@@ -10,6 +10,7 @@ from evalsuite.tasks import needle_text as nt
 from evalsuite.tasks.base import Sample
 from evalsuite.tasks.needle import KINDS, NeedleTask, normalize
 from evalsuite.tasks.registry import default_registry
+from tests.conftest import greedy_answers
 
 ALL_KINDS = {"kinds": list(KINDS)}
 
@@ -192,15 +193,7 @@ def test_gen_settings_follow_params(task):
 
 @pytest.mark.embedded
 def test_embedded_model_finds_single_needles(embedded, task):
-    import torch
-
     samples = task.samples({"kinds": ["single"], "context_lens": [512], "value_types": ["number", "word"]},
                            seed=0)
-    tok = embedded.tokenizer
-    texts = [tok.apply_chat_template(list(s.messages), tokenize=False, add_generation_prompt=True)
-             for s in samples]
-    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    with torch.no_grad():
-        out = embedded.model.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=tok.pad_token_id)
-    answers = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    answers = greedy_answers(embedded, samples, max_new_tokens=24)
     assert sum(task.score(s, a).value for s, a in zip(samples, answers)) >= 2

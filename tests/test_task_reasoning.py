@@ -11,6 +11,7 @@ from evalsuite.errors import EvalsuiteError
 from evalsuite.tasks.base import Sample
 from evalsuite.tasks.reasoning import ReasoningTask, extract_answer
 from evalsuite.tasks.registry import default_registry
+from tests.conftest import greedy_answers
 
 DATA = Path(__file__).parent / "data" / "gsm8k_mini.jsonl"
 
@@ -146,14 +147,6 @@ def test_missing_file_and_bad_params(task, tmp_path):
 
 @pytest.mark.embedded
 def test_embedded_model_solves_some_one_step_problems(embedded, task):
-    import torch
-
     samples = task.samples({"steps": [1], "difficulties": ["easy"], "per_cell": 8}, seed=0)
-    tok = embedded.tokenizer
-    texts = [tok.apply_chat_template(list(s.messages), tokenize=False, add_generation_prompt=True)
-             for s in samples]
-    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    with torch.no_grad():
-        out = embedded.model.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=tok.pad_token_id)
-    answers = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    answers = greedy_answers(embedded, samples, max_new_tokens=24)
     assert sum(task.score(s, a).value for s, a in zip(samples, answers)) >= 1
