@@ -22,8 +22,8 @@ Left padding: padded positions are quantized like any token, so in batched runs 
 range of the per-channel group it falls in (transformers' QuantizedCache behaves the same way).
 """
 from evalsuite.kvcache.cache import (QuantKVCache, cache_nbytes, kv_bytes_for_length, kv_bytes_per_token,
-                                     make_cache, plan_for)
+                                     make_cache, model_dims, plan_for)
 from evalsuite.kvcache.config import KVConfig
 
 __all__ = ["KVConfig", "QuantKVCache", "cache_nbytes", "kv_bytes_for_length", "kv_bytes_per_token", "make_cache",
-           "plan_for"]
+           "model_dims", "plan_for"]

@@ -24,7 +24,7 @@ class QuantKVCache(Cache):
         return sum(layer.nbytes() for layer in self.layers)
 
 
-def _dims(model_config: Any) -> tuple[int, int, int]:
+def model_dims(model_config: Any) -> tuple[int, int, int]:
     """(layers, kv heads, head dim) of a transformers model config."""
     cfg = model_config.get_text_config(decoder=True) if hasattr(model_config, "get_text_config") else model_config
     heads = cfg.num_attention_heads
@@ -81,7 +81,7 @@ def make_cache(config: KVConfig, model_config: Any, keep_dequantized: bool = Tru
         raise EvalsuiteError(f"KV cache: unknown backend {config.backend!r} (evalsuite, hf)")
     # sliding-window layers keep every token: the model's masks apply the window (exact, but holds more than needed)
     _check_layer_types(model_config, {"full_attention", "sliding_attention"}, "evalsuite")
-    layers, _, head_dim = _dims(model_config)
+    layers, _, head_dim = model_dims(model_config)
     return QuantKVCache(config, plan_for(config, head_dim, keep_dequantized), layers)
 
 
@@ -116,7 +116,7 @@ def kv_bytes_per_token(config: KVConfig | None, model_config: Any, dtype_bytes: 
     2 (K and V) x layers x kv_heads x head_dim x bytes per value, plus float16 scale (+ zero point for ints) per
     group. The hf backend (quanto) is estimated with a scale and a shift in the model dtype per group.
     """
-    layers, kv_heads, head_dim = _dims(model_config)
+    layers, kv_heads, head_dim = model_dims(model_config)
     rows = 2 * layers * kv_heads
     if config is None:
         return float(rows * head_dim * dtype_bytes)
@@ -141,7 +141,7 @@ def kv_bytes_for_length(config: KVConfig | None, model_config: Any, n_tokens: in
         return int(batch * n_tokens * full)
     if config.backend != "evalsuite":
         raise EvalsuiteError("kv_bytes_for_length: only the evalsuite backend has an exact formula")
-    plan = plan_for(config, _dims(model_config)[2])
+    plan = plan_for(config, model_dims(model_config)[2])
     residual = n_tokens % plan.flush
     quant = kv_bytes_per_token(config, model_config, dtype_bytes) * (n_tokens - residual)
     return int(round(batch * (quant + residual * full)))

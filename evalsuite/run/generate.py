@@ -1,14 +1,11 @@
-"""Batched greedy generation with left padding, stop strings, per-variant KV caches and step timings."""
+"""Batched generation for the runner: length-sorted batches, a shared prompt prefix, stop strings, timings."""
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
-
+from evalsuite.run.engine import Prefix, common_prefix_len, decode, encode_prefix
 from evalsuite.tasks.base import GenSettings
 
 
@@ -21,17 +18,6 @@ class Generation:
     prompt_tokens: int
     ttft_s: float | None
     itl_s: float | None
-
-
-class _StepClock(StoppingCriteria):
-    """Records a timestamp after every decoding step; never stops generation itself."""
-
-    def __init__(self) -> None:
-        self.stamps: list[float] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        self.stamps.append(time.perf_counter())
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 def plan_batches(lengths: Sequence[int], max_batch: int, max_tokens: int) -> list[list[int]]:
@@ -56,39 +42,33 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> str:
     return text if cut < 0 else text[:cut]
 
 
-@torch.no_grad()
+def encode_prompts(tokenizer: Any, prompts: Sequence[tuple[str, bool]]) -> list[list[int]]:
+    """Token ids of rendered prompts (text, add_special_tokens)."""
+    return [tokenizer(p, add_special_tokens=a)["input_ids"] for p, a in prompts]
+
+
+def shared_prefix_len(tokenizer: Any, prompts: Sequence[tuple[str, bool]]) -> int:
+    """Tokens every prompt starts with (what the decoder encodes once per task); 0 when not worth it."""
+    return common_prefix_len(encode_prompts(tokenizer, prompts))
+
+
 def generate_batch(model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]], gen: GenSettings,
-                   make_cache: Callable[[], Any] | None = None, seed: int = 0) -> list[Generation]:
-    """Generate for one batch of rendered prompts (text, add_special_tokens); left padded."""
-    add_special = all(a for _, a in prompts)
-    enc = tokenizer([p for p, _ in prompts], return_tensors="pt", padding=True, add_special_tokens=add_special)
-    clock = _StepClock()
-    kwargs: dict[str, Any] = dict(max_new_tokens=gen.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                  stopping_criteria=StoppingCriteriaList([clock]))
-    if gen.temperature > 0:
-        torch.manual_seed(seed)
-        kwargs.update(do_sample=True, temperature=gen.temperature, top_p=1.0, top_k=0)
-    else:
-        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    if gen.stop:
-        kwargs.update(stop_strings=list(gen.stop), tokenizer=tokenizer)
+                   make_cache: Callable[[], Any] | None = None, seed: int = 0,
+                   prefix: Prefix | None = None) -> list[Generation]:
+    """Generate for one batch of rendered prompts (text, add_special_tokens); each must start with ``prefix``."""
+    ids = encode_prompts(tokenizer, prompts)
+    p = len(prefix.ids) if prefix else 0
+    if prefix is not None and any(tuple(x[:p]) != prefix.ids or len(x) <= p for x in ids):
+        raise ValueError("generate_batch: a prompt does not start with the shared prefix")
     cache = make_cache() if make_cache else None
-    if cache is not None:
-        kwargs["cache"] = cache
-    start = time.perf_counter()
-    out = model.generate(**enc.to(model.device), **kwargs)
-    new = out[:, enc["input_ids"].shape[1]:]
-    ttft = clock.stamps[0] - start if clock.stamps else None
-    gaps = [b - a for a, b in zip(clock.stamps, clock.stamps[1:])]
+    rows = decode(model, tokenizer, [x[p:] for x in ids], gen, prefix, cache, _stop_ids(tokenizer), seed)
+    stamps = rows[0].stamps
+    ttft = stamps[1] - stamps[0] if len(stamps) > 1 else None
+    gaps = [b - a for a, b in zip(stamps[1:], stamps[2:])]
     itl = statistics.median(gaps) if gaps else None
-    results = []
-    for row, mask in zip(new, enc["attention_mask"]):
-        ids = row.tolist()
-        n = next((k for k, t in enumerate(ids) if t in _stop_ids(tokenizer)), len(ids))
-        text = cut_at_stop(tokenizer.decode(ids[:n], skip_special_tokens=True), gen.stop)
-        results.append(Generation(text=text.rstrip(), n_tokens=n, prompt_tokens=int(mask.sum()), ttft_s=ttft,
-                                  itl_s=itl))
-    return results
+    return [Generation(text=cut_at_stop(tokenizer.decode(r.ids, skip_special_tokens=True), gen.stop).rstrip(),
+                       n_tokens=len(r.ids), prompt_tokens=len(x), ttft_s=ttft, itl_s=itl)
+            for r, x in zip(rows, ids)]
 
 
 def _stop_ids(tokenizer: Any) -> set[int]:
@@ -98,8 +78,16 @@ def _stop_ids(tokenizer: Any) -> set[int]:
 
 def iter_generate(model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]], gen: GenSettings,
                   make_cache: Callable[[], Any] | None = None, max_batch: int = 16,
-                  max_tokens: int = 24576, seed: int = 0) -> Iterator[tuple[list[int], list[Generation]]]:
-    """Yield (indices, generations) batch by batch (length-sorted) so callers can store as they go."""
-    lengths = [len(tokenizer(p, add_special_tokens=a)["input_ids"]) for p, a in prompts]
-    for idx in plan_batches(lengths, max_batch, max_tokens):
-        yield idx, generate_batch(model, tokenizer, [prompts[i] for i in idx], gen, make_cache, seed)
+                  max_tokens: int = 24576, seed: int = 0, prefix_len: int | None = None
+                  ) -> Iterator[tuple[list[int], list[Generation]]]:
+    """Yield (indices, generations) batch by batch (length-sorted) so callers can store as they go.
+
+    The prompts' common token prefix (``prefix_len`` tokens; computed from ``prompts`` when None) is encoded once
+    and shared by every batch. Pass the whole task's value when generating a subset (resume, shards), so a
+    subset computes exactly what the full run computes.
+    """
+    ids = encode_prompts(tokenizer, prompts)
+    p = common_prefix_len(ids) if prefix_len is None else prefix_len
+    prefix = encode_prefix(model, ids[0][:p]) if p and ids else None
+    for idx in plan_batches([len(x) for x in ids], max_batch, max_tokens):
+        yield idx, generate_batch(model, tokenizer, [prompts[i] for i in idx], gen, make_cache, seed, prefix)

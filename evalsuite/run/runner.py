@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from evalsuite.errors import StoreMismatch
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.config import RunConfig
-from evalsuite.run.generate import iter_generate
+from evalsuite.run.generate import iter_generate, shared_prefix_len
 from evalsuite.run.prepare import PreparedTask
 from evalsuite.run.prompts import render_prompt
 from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
@@ -36,6 +36,7 @@ class Runner:
     log: Callable[[str], None] = print
     baseline_source: Any = None  # evalsuite.run.baselines.BaselineSource, optional
     _prompts: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
+    _prefix: dict[str, int] = field(default_factory=dict)
     _base_lp: BaselineLogprobCache = field(default_factory=BaselineLogprobCache)
 
     def check_compatible(self) -> None:
@@ -59,6 +60,12 @@ class Runner:
         if task.name not in self._prompts:
             self._prompts[task.name] = [render_prompt(s, self.base.tokenizer) for s in task.samples]
         return self._prompts[task.name]
+
+    def prefix_len(self, task: PreparedTask) -> int:
+        """Tokens all of the task's prompts share (so a resumed or sharded subset computes what a full run does)."""
+        if task.name not in self._prefix:
+            self._prefix[task.name] = shared_prefix_len(self.base.tokenizer, self.prompts(task))
+        return self._prefix[task.name]
 
     def run(self, specs: list[VariantSpec]) -> None:
         """Generate + score every (variant, task); then teacher-forced KLD for every non-baseline variant."""
@@ -99,7 +106,8 @@ class Runner:
             bar = tqdm(total=len(todo), desc=f"{name} · {task.name}", disable=not self.progress, leave=False)
             batches = iter_generate(variant.model, variant.tokenizer, [prompts[i] for i in todo], task.gen,
                                     variant.make_cache, max_batch=batch_size,
-                                    max_tokens=self.config.max_batch_tokens, seed=self.config.seed)
+                                    max_tokens=self.config.max_batch_tokens, seed=self.config.seed,
+                                    prefix_len=self.prefix_len(task))
             for idx, gens in batches:
                 rows = [self._score(task, todo[i], g, name) for i, g in zip(idx, gens)]
                 self.store.put_samples(rows)
@@ -150,20 +158,25 @@ class Runner:
 
 
 def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> float:
-    """Bytes the variant's cache actually holds per token after a ``tokens``-long prefill + one decode step."""
+    """Bytes the variant's cache actually holds per token after a ``tokens``-long prefill + one decode step.
+
+    The cache is filled through ``update`` with K/V of the model's shapes and dtype (what a forward would write;
+    the byte count does not depend on the values), so no model forward is spent on it.
+    """
     import torch
+    from transformers import DynamicCache
 
-    from evalsuite.kvcache import cache_nbytes
+    from evalsuite.kvcache import cache_nbytes, model_dims
 
-    cache = variant.make_cache()
-    if cache is None:
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
-    ids = torch.randint(0, variant.model.config.vocab_size, (1, tokens))
-    with torch.no_grad():
-        variant.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-        variant.model(input_ids=ids[:, -1:], cache=cache, use_cache=True, logits_to_keep=1)
+    cfg = variant.model.config
+    cache = variant.make_cache() or DynamicCache(config=cfg)
+    layers, heads, dim = model_dims(cfg)
+    dtype = next(variant.model.parameters()).dtype
+    gen = torch.Generator().manual_seed(0)
+    for n in (tokens, 1):
+        for i in range(layers):
+            k, v = (torch.randn(1, heads, n, dim, generator=gen).to(dtype) for _ in range(2))
+            cache.update(k, v, i)
     return cache_nbytes(cache) / (tokens + 1)
 
 

@@ -80,7 +80,8 @@ def run_unit(factory: Callable[[], Any], config: RunConfig, tasks: list[Prepared
     rows: list[SampleResult] = []
     for idx, gens in iter_generate(variant.model, variant.tokenizer, [prompts[i] for i in unit.indices], task.gen,
                                    variant.make_cache, max_batch=unit.batch_size,
-                                   max_tokens=config.max_batch_tokens, seed=config.seed):
+                                   max_tokens=config.max_batch_tokens, seed=config.seed,
+                                   prefix_len=runner.prefix_len(task)):
         rows += [runner._score(task, unit.indices[i], g, unit.name) for i, g in zip(idx, gens)]
     return "gen", rows
 

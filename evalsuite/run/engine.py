@@ -1,0 +1,174 @@
+"""evalsuite's batched decoder: shared-prefix prefill, per-row stopping, finished rows dropped from the batch.
+
+Why not ``model.generate``: an evaluation batch keeps decoding until its longest answer ends, and every prompt
+of a task repeats the same instructions / few-shot block. This loop
+
+* encodes a task's common token prefix once (batch 1) and starts every batch from a copy of its K/V
+  (the layout is ``[prefix][padding][own tokens]``; the mask hides the padding, positions skip it);
+* stops each row on EOS, its stop strings or ``max_new_tokens`` and drops finished rows from the batch
+  (``Cache.reorder_cache`` with the rows kept), so the tail of a batch costs what its live rows cost.
+
+KV caches whose prefill is exact (DynamicCache, transformers' QuantizedCache, evalsuite's cache in ``exact``
+mode: the prompt attends to full-precision K/V) get the prompt's K/V computed in a DynamicCache and written into
+them with one ``update`` per layer, which is what their own prefill stores. A ``quantized``-prefill cache runs the
+whole prompt through itself (no prefix reuse), so the prompt's attention reads quantized K/V as it should.
+"""
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer, QuantizedLayer
+
+from evalsuite.tasks.base import GenSettings
+
+MIN_PREFIX = 8  # shorter common prefixes are not worth a separate forward
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """A token prefix shared by every prompt, with its per-layer K/V (batch 1) from a DynamicCache."""
+
+    ids: tuple[int, ...]
+    kv: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+
+
+@dataclass
+class Decoded:
+    """One row's generated token ids (EOS excluded) and the batch's step timestamps."""
+
+    ids: list[int]
+    stamps: list[float] = field(default_factory=list)
+
+
+def common_prefix_len(id_lists: Sequence[Sequence[int]], min_len: int = MIN_PREFIX) -> int:
+    """Longest common token prefix, leaving every prompt at least one own token (0 when under ``min_len``)."""
+    if len(id_lists) < 2:
+        return 0
+    first, n = id_lists[0], min(len(x) for x in id_lists) - 1
+    p = 0
+    while p < n and all(x[p] == first[p] for x in id_lists):
+        p += 1
+    return p if p >= min_len else 0
+
+
+def _plain_dynamic(model: Any) -> bool:
+    """True when the model's DynamicCache keeps every token of every layer (no sliding window / linear layers)."""
+    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+
+
+@torch.no_grad()
+def encode_prefix(model: Any, ids: Sequence[int]) -> Prefix | None:
+    """K/V of ``ids`` at batch 1, or None when the model's cache layout does not allow reuse."""
+    if not ids or not _plain_dynamic(model):
+        return None
+    cache = DynamicCache(config=model.config)
+    model(input_ids=torch.tensor([list(ids)], device=model.device), cache=cache, use_cache=True,
+          **_last_logits_only(model))
+    return Prefix(tuple(ids), tuple((layer.keys, layer.values) for layer in cache.layers))
+
+
+def exact_prefill(cache: Any) -> bool:
+    """Whether ``cache``'s prefill lets the prompt attend to full-precision K/V (so a computed prefill transfers)."""
+    if cache is None:
+        return True
+    layers = getattr(cache, "layers", [])
+    if all(type(layer) is DynamicLayer for layer in layers):
+        return True
+    if all(isinstance(layer, QuantizedLayer) for layer in layers):
+        return True  # transformers' QuantizedCache returns the prompt's own K/V on its first update
+    plan = getattr(cache, "plan", None)
+    return plan is not None and getattr(plan, "prefill", None) == "exact"
+
+
+def _last_logits_only(model: Any) -> dict[str, Any]:
+    params = inspect.signature(model.forward).parameters
+    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+
+@torch.no_grad()
+def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, cache: Any, pad_id: int
+            ) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """Run the prompts (each ``prefix.ids + row``); returns (cache, last-position logits, 2-D attention mask)."""
+    dev, b = model.device, len(rows)
+    p = len(prefix.ids) if prefix else 0
+    s = max(len(r) for r in rows)
+    own = torch.tensor([[pad_id] * (s - len(r)) + list(r) for r in rows], device=dev)
+    mask = torch.ones(b, p + s, dtype=torch.long, device=dev)
+    for i, r in enumerate(rows):
+        mask[i, p : p + s - len(r)] = 0
+    pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    transfer = exact_prefill(cache) and _plain_dynamic(model)
+    work = DynamicCache(config=model.config) if transfer or cache is None else cache
+    if prefix is not None and transfer:
+        for i, (k, v) in enumerate(prefix.kv):
+            work.update(k.expand(b, -1, -1, -1).contiguous(), v.expand(b, -1, -1, -1).contiguous(), i)
+        ids, ids_pos = own, pos[:, p:]
+    else:
+        head = torch.tensor([list(prefix.ids)] * b, device=dev) if prefix else own[:, :0]
+        ids, ids_pos = torch.cat([head, own], dim=-1), pos
+    out = model(input_ids=ids, attention_mask=mask, position_ids=ids_pos, cache=work, use_cache=True,
+                **_last_logits_only(model))
+    if transfer and cache is not None:
+        for i, layer in enumerate(work.layers):
+            cache.update(layer.keys, layer.values, i)
+        work = cache
+    return work, out.logits[:, -1, :], mask
+
+
+def _pick(logits: torch.Tensor, gen: GenSettings, rng: torch.Generator | None) -> torch.Tensor:
+    if gen.temperature <= 0 or rng is None:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / gen.temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=rng).squeeze(-1)
+
+
+def _stopped(text_of: Callable[[list[int]], str], ids: list[int], stops: Sequence[str]) -> bool:
+    """A stop string ends the row; only the tail that can hold a new match is decoded."""
+    tail = ids[-(max(len(s) for s in stops) + 8):]
+    return any(s in text_of(tail) for s in stops)
+
+
+@torch.no_grad()
+def decode(model: Any, tokenizer: Any, rows: Sequence[Sequence[int]], gen: GenSettings, prefix: Prefix | None,
+           cache: Any, stop_ids: set[int], seed: int = 0) -> list[Decoded]:
+    """Greedy (or seeded sampled) decoding of one batch; rows leave the batch as they finish."""
+    start = time.perf_counter()
+    cache, logits, mask = prefill(model, rows, prefix, cache, tokenizer.pad_token_id)
+    rng = torch.Generator().manual_seed(seed) if gen.temperature > 0 else None
+    out = [Decoded(ids=[]) for _ in rows]
+    stamps = [start]
+    live = list(range(len(rows)))
+    next_pos = mask.sum(-1)
+    stops = [s for s in gen.stop if s]
+    text_of = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    for _ in range(gen.max_new_tokens):
+        tok = _pick(logits, gen, rng).cpu()
+        stamps.append(time.perf_counter())
+        keep = []
+        for j, row in enumerate(live):
+            t = int(tok[j])
+            if t in stop_ids:
+                continue
+            out[row].ids.append(t)
+            if len(out[row].ids) < gen.max_new_tokens and not (stops and _stopped(text_of, out[row].ids, stops)):
+                keep.append(j)
+        if not keep:
+            break
+        if len(keep) < len(live):
+            idx = torch.tensor(keep, device=mask.device)
+            cache.reorder_cache(idx)
+            mask, next_pos, tok = mask[idx], next_pos[idx], tok[keep]
+            live = [live[j] for j in keep]
+        mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=-1)
+        res = model(input_ids=tok[:, None].to(mask.device), attention_mask=mask, position_ids=next_pos[:, None],
+                    cache=cache, use_cache=True)
+        next_pos = next_pos + 1
+        logits = res.logits[:, -1, :]
+    for d in out:
+        d.stamps = stamps
+    return out
