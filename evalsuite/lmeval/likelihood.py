@@ -1,5 +1,5 @@
 """Log-likelihoods that really read a variant's KV cache: the context is one forward pass, the continuation follows
-as later chunks through the same cache (the two-chunk trick of ``evalsuite.stats.kld``, generalised to chunks).
+as later chunks through the same cache (the two-chunk trick of ``evalsuite.run.kld``, generalised to chunks).
 
 A single forward pass over context+continuation shows no KV-quantization effect at all: transformers'
 QuantizedCache and evalsuite's cache in ``exact`` prefill mode hand the first call its own full-precision K/V.

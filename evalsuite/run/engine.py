@@ -31,10 +31,12 @@ MIN_PREFIX = 8  # shorter common prefixes are not worth a separate forward
 
 @dataclass(frozen=True)
 class Prefix:
-    """A token prefix shared by every prompt, with its per-layer K/V (batch 1) from a DynamicCache."""
+    """A token prefix shared by every prompt, with its per-layer K/V (batch 1) from a DynamicCache.
+
+    ``kv`` is None when the model's cache layout does not allow reuse: the prefix tokens are then fed again."""
 
     ids: tuple[int, ...]
-    kv: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+    kv: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None
 
 
 @dataclass
@@ -63,9 +65,11 @@ def _plain_dynamic(model: Any) -> bool:
 
 @torch.no_grad()
 def encode_prefix(model: Any, ids: Sequence[int]) -> Prefix | None:
-    """K/V of ``ids`` at batch 1, or None when the model's cache layout does not allow reuse."""
-    if not ids or not _plain_dynamic(model):
+    """The prefix ``ids`` with its K/V at batch 1 (None for no prefix)."""
+    if not ids:
         return None
+    if not _plain_dynamic(model):
+        return Prefix(tuple(ids), None)
     cache = DynamicCache(config=model.config)
     model(input_ids=torch.tensor([list(ids)], device=model.device), cache=cache, use_cache=True,
           **_last_logits_only(model))
@@ -104,7 +108,7 @@ def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, ca
     pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     transfer = exact_prefill(cache) and _plain_dynamic(model)
     work = DynamicCache(config=model.config) if transfer or cache is None else cache
-    if prefix is not None and transfer:
+    if prefix is not None and prefix.kv is not None and transfer:
         for i, (k, v) in enumerate(prefix.kv):
             work.update(k.expand(b, -1, -1, -1).contiguous(), v.expand(b, -1, -1, -1).contiguous(), i)
         ids, ids_pos = own, pos[:, p:]

@@ -17,7 +17,7 @@ from evalsuite.run.prepare import PreparedTask
 from evalsuite.run.prompts import render_prompt
 from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.run.store import Store
-from evalsuite.stats.kld import BaselineLogprobCache, teacher_forced_kld
+from evalsuite.run.kld import BaselineLogprobCache, teacher_forced_kld
 from evalsuite.variants.build import BuiltVariant, build_variant
 from evalsuite.variants.spec import VariantSpec
 
@@ -138,7 +138,8 @@ class Runner:
                 ids = [task.samples[i].id for i in chunk]
                 res = teacher_forced_kld(self.base.model, variant.model, self.base.tokenizer,
                                          [prompts[i] for i in chunk], [base_out[s] for s in ids],
-                                         variant.make_cache, self._base_lp, (task.name, tuple(ids)))
+                                         variant.make_cache, self._base_lp, (task.name, tuple(ids)),
+                                         prefix_len=self.prefix_len(task))
                 self.store.put_kld(KLDResult(name, task.name, sid, tuple(k), a, n)
                                    for sid, (k, a, n) in zip(ids, res))
 

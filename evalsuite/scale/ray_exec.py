@@ -65,7 +65,7 @@ def _state(factory: Callable[[], Any], config: RunConfig, tasks: list[PreparedTa
 def run_unit(factory: Callable[[], Any], config: RunConfig, tasks: list[PreparedTask], unit: Unit) -> tuple:
     """Executed on a Ray worker: returns ('gen', [SampleResult]) / ('kld', [KLDResult]) / ('info', VariantInfo)."""
     from evalsuite.run.generate import iter_generate
-    from evalsuite.stats.kld import teacher_forced_kld
+    from evalsuite.run.kld import teacher_forced_kld
 
     runner, variant = _state(factory, config, tasks, unit.spec)
     if unit.kind == "info":
@@ -74,7 +74,8 @@ def run_unit(factory: Callable[[], Any], config: RunConfig, tasks: list[Prepared
     prompts = runner.prompts(task)
     if unit.kind == "kld":
         res = teacher_forced_kld(runner.base.model, variant.model, runner.base.tokenizer,
-                                 [prompts[i] for i in unit.indices], list(unit.answers), variant.make_cache)
+                                 [prompts[i] for i in unit.indices], list(unit.answers), variant.make_cache,
+                                 prefix_len=runner.prefix_len(task))
         return "kld", [KLDResult(unit.name, task.name, task.samples[i].id, tuple(k), a, n)
                        for i, (k, a, n) in zip(unit.indices, res)]
     rows: list[SampleResult] = []

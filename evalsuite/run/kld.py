@@ -11,22 +11,22 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from evalsuite.run.engine import Prefix, encode_prefix, prefill
+from evalsuite.run.generate import encode_prompts
 
-def _chunked_logprobs(model: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, answer_ids: torch.Tensor,
-                      answer_mask: torch.Tensor, cache: Any | None) -> torch.Tensor:
-    """Log-probs [batch, answer_len, vocab] predicting each answer token: prompt chunk, then answer chunk."""
-    from transformers import DynamicCache
 
-    cache = cache if cache is not None else DynamicCache()
-    pos1 = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    out1 = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos1, cache=cache, use_cache=True)
-    first = out1.logits[:, -1:, :].float()
+def _chunked_logprobs(model: Any, rows: list[list[int]], prefix: Prefix | None, cache: Any | None, pad_id: int,
+                      answer_ids: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
+    """Log-probs [batch, answer_len, vocab] predicting each answer token: the decoder's prompt prefill (shared
+    prefix, exact transfer into exact-prefill caches), then the answer as one chunk through the same cache."""
+    cache, last, mask = prefill(model, rows, prefix, cache, pad_id)
+    first = last[:, None, :].float()
     if answer_ids.shape[1] <= 1:
         return F.log_softmax(first, dim=-1)
-    full_mask = torch.cat([prompt_mask, answer_mask], dim=1)
-    pos2 = prompt_mask.sum(-1, keepdim=True) + torch.arange(answer_ids.shape[1]).unsqueeze(0)
-    out2 = model(input_ids=answer_ids[:, :-1], attention_mask=full_mask[:, :-1], position_ids=pos2[:, :-1],
-                 cache=cache, use_cache=True)
+    full_mask = torch.cat([mask, answer_mask.to(mask.device)], dim=1)
+    pos2 = mask.sum(-1, keepdim=True) + torch.arange(answer_ids.shape[1], device=mask.device).unsqueeze(0)
+    out2 = model(input_ids=answer_ids[:, :-1].to(mask.device), attention_mask=full_mask[:, :-1],
+                 position_ids=pos2[:, :-1], cache=cache, use_cache=True)
     return F.log_softmax(torch.cat([first, out2.logits.float()], dim=1), dim=-1)
 
 
@@ -54,13 +54,14 @@ class BaselineLogprobCache:
 @torch.no_grad()
 def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]],
                        answers: Sequence[str], make_cache: Callable[[], Any] | None = None,
-                       base_cache: BaselineLogprobCache | None = None, cache_key: Any = None
-                       ) -> list[tuple[list[float], int, int]]:
+                       base_cache: BaselineLogprobCache | None = None, cache_key: Any = None,
+                       prefix_len: int = 0) -> list[tuple[list[float], int, int]]:
     """Per sample: (KL(base || variant) per answer token, top-1 agreements, answer tokens) for one batch.
 
-    With ``base_cache`` and ``cache_key`` the baseline's log-probs of this batch are computed once and reused."""
-    add_special = all(a for _, a in prompts)
-    enc = tokenizer([p for p, _ in prompts], return_tensors="pt", padding=True, add_special_tokens=add_special)
+    With ``base_cache`` and ``cache_key`` the baseline's log-probs of this batch are computed once and reused.
+    ``prefix_len`` tokens shared by every prompt are encoded once per model and batch, as the decoder does."""
+    ids = encode_prompts(tokenizer, prompts)
+    rows = [x[prefix_len:] for x in ids]
     saved = tokenizer.padding_side
     tokenizer.padding_side = "right"
     try:
@@ -68,10 +69,13 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
                         add_special_tokens=False)
     finally:
         tokenizer.padding_side = saved
-    args = (enc["input_ids"], enc["attention_mask"], ans["input_ids"], ans["attention_mask"])
+    args = (tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
+    head = ids[0][:prefix_len]
     cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0)
-    base_lp = cache.get(cache_key, lambda: _chunked_logprobs(base_model, *args, cache=None))
-    var_lp = _chunked_logprobs(var_model, *args, cache=make_cache() if make_cache else None)
+    base_lp = cache.get(cache_key, lambda: _chunked_logprobs(base_model, rows, encode_prefix(base_model, head),
+                                                               None, *args))
+    var_lp = _chunked_logprobs(var_model, rows, encode_prefix(var_model, head),
+                               make_cache() if make_cache else None, *args)
     var_lp = var_lp.to(torch.bfloat16).float()  # rounded like the cached baseline, so identical inputs give 0
     kl = (base_lp.exp() * (base_lp - var_lp)).sum(-1).clamp(min=0.0)  # [batch, answer_len]
     agree = base_lp.argmax(-1) == var_lp.argmax(-1)

@@ -1,0 +1,55 @@
+"""Teacher-forced KLD: the two-chunk pass (decoder prefill, then the answer) and its shared prefix."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from evalsuite.kvcache import KVConfig, make_cache
+from evalsuite.run.engine import encode_prefix
+from evalsuite.run.kld import _chunked_logprobs, teacher_forced_kld
+from tests.conftest import make_tiny_model
+
+HEAD = "System: answer in a few words. Be brief and exact, and do not explain anything at all. "
+PROMPTS = [(HEAD + q, True) for q in ["What is red?", "Name a sea animal that is large", "Why?"]]
+ANSWERS = ["A colour.", "The blue whale, probably", "Because."]
+
+
+@pytest.fixture
+def fp32(tokenizer):
+    return make_tiny_model(len(tokenizer), seed=5, dtype=torch.float32)
+
+
+def test_chunked_logprobs_equal_one_plain_forward(fp32, tokenizer):
+    """Batched, padded, prefix-shared two-chunk log-probs equal a single unpadded forward per sample."""
+    ids = [tokenizer(p)["input_ids"] for p, _ in PROMPTS]
+    p = 10
+    assert all(x[:p] == ids[0][:p] for x in ids)
+    tokenizer.padding_side = "right"
+    ans = tokenizer(ANSWERS, return_tensors="pt", padding=True, add_special_tokens=False)
+    tokenizer.padding_side = "left"
+    lp = _chunked_logprobs(fp32, [x[p:] for x in ids], encode_prefix(fp32, ids[0][:p]), None,
+                           tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
+    for row, (x, a) in enumerate(zip(ids, ANSWERS)):
+        a_ids = tokenizer(a, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = fp32(torch.tensor([x + a_ids])).logits[0, len(x) - 1 : len(x) + len(a_ids) - 1]
+        torch.testing.assert_close(lp[row, : len(a_ids)], F.log_softmax(logits.float(), -1), atol=1e-4, rtol=1e-4)
+
+
+def test_kld_is_zero_for_the_baseline_and_positive_for_a_2bit_cache(fp32, tokenizer):
+    same = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS)
+    assert all(max(k) < 1e-6 and agree == n for k, agree, n in same)
+    cfg = KVConfig(bits=2, group=8, residual=8)  # exact prefill: only the answer chunk reads 2-bit K/V
+    kv2 = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, lambda: make_cache(cfg, fp32.config))
+    assert sum(sum(k) for k, _, _ in kv2) > 1e-3
+
+
+def test_shared_prefix_does_not_change_the_kld(fp32, tokenizer):
+    cfg = KVConfig(bits=4, group=8, residual=8)
+    make = lambda: make_cache(cfg, fp32.config)  # noqa: E731
+    plain = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make)
+    shared = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, prefix_len=12)
+    for (a, _, n), (b, _, m) in zip(plain, shared):
+        assert n == m
+        assert a == pytest.approx(b, abs=5e-3)
