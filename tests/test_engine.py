@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache
 
 from evalsuite.kvcache import KVConfig, make_cache
 from evalsuite.run.engine import common_prefix_len, encode_prefix, exact_prefill, prefill
@@ -61,13 +61,17 @@ def test_shared_prefix_batch_matches_hf_generate_row_by_row(fp32, tokenizer):
         assert g.ttft_s is not None and g.ttft_s > 0
 
 
-def test_finished_rows_leave_the_batch_and_others_are_unchanged(fp32, tokenizer, monkeypatch):
-    free = _run(fp32, tokenizer, _prompts(), GenSettings(max_new_tokens=12))
+@pytest.mark.parametrize("cfg", [None, KVConfig(bits=4, group=8, residual=8),
+                                 KVConfig(backend="hf", bits=4, group=16, residual=8)],
+                         ids=["dynamic", "kv4", "quanto4"])
+def test_finished_rows_leave_the_batch_and_others_are_unchanged(fp32, tokenizer, monkeypatch, cfg):
+    make = None if cfg is None else (lambda: make_cache(cfg, fp32.config))
+    free = _run(fp32, tokenizer, _prompts(), GenSettings(max_new_tokens=12), make)
     stop = free[0].text[free[0].text.index(next(c for c in free[0].text[2:] if c.strip())):][:2]
     selects = []
-    monkeypatch.setattr(DynamicCache, "reorder_cache",
-                        lambda self, idx, orig=DynamicCache.reorder_cache: (selects.append(len(idx)), orig(self, idx)))
-    stopped = _run(fp32, tokenizer, _prompts(), GenSettings(max_new_tokens=12, stop=(stop,)))
+    monkeypatch.setattr(Cache, "reorder_cache",
+                        lambda self, idx, orig=Cache.reorder_cache: (selects.append(len(idx)), orig(self, idx)))
+    stopped = _run(fp32, tokenizer, _prompts(), GenSettings(max_new_tokens=12, stop=(stop,)), make)
     assert stopped[0].n_tokens < free[0].n_tokens and stop not in stopped[0].text
     assert selects and min(selects) < len(QUESTIONS)  # the batch shrank
     for f, s in zip(free, stopped):

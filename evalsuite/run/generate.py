@@ -56,7 +56,11 @@ def generate_batch(model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool
                    make_cache: Callable[[], Any] | None = None, seed: int = 0,
                    prefix: Prefix | None = None) -> list[Generation]:
     """Generate for one batch of rendered prompts (text, add_special_tokens); each must start with ``prefix``."""
-    ids = encode_prompts(tokenizer, prompts)
+    return _generate_ids(model, tokenizer, encode_prompts(tokenizer, prompts), gen, make_cache, seed, prefix)
+
+
+def _generate_ids(model: Any, tokenizer: Any, ids: list[list[int]], gen: GenSettings,
+                  make_cache: Callable[[], Any] | None, seed: int, prefix: Prefix | None) -> list[Generation]:
     p = len(prefix.ids) if prefix else 0
     if prefix is not None and any(tuple(x[:p]) != prefix.ids or len(x) <= p for x in ids):
         raise ValueError("generate_batch: a prompt does not start with the shared prefix")
@@ -90,4 +94,4 @@ def iter_generate(model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]
     p = common_prefix_len(ids) if prefix_len is None else prefix_len
     prefix = encode_prefix(model, ids[0][:p]) if p and ids else None
     for idx in plan_batches([len(x) for x in ids], max_batch, max_tokens):
-        yield idx, generate_batch(model, tokenizer, [prompts[i] for i in idx], gen, make_cache, seed, prefix)
+        yield idx, _generate_ids(model, tokenizer, [ids[i] for i in idx], gen, make_cache, seed, prefix)
