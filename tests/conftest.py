@@ -57,12 +57,12 @@ def embedded():
     return load_model("default")
 
 
-def greedy_answers(loaded, samples, max_new_tokens):
-    """Generate as the runner does (chat template, left-padded batch, greedy)."""
+def greedy_answers(loaded, samples, max_new_tokens=None, gen=None):
+    """Generate as the runner does (chat template, one batch, greedy); ``gen`` overrides ``max_new_tokens``."""
     from evalsuite.run.generate import generate_batch
     from evalsuite.run.prompts import render_prompt
     from evalsuite.tasks.base import GenSettings
 
     prompts = [render_prompt(s, loaded.tokenizer) for s in samples]
-    gens = generate_batch(loaded.model, loaded.tokenizer, prompts, GenSettings(max_new_tokens=max_new_tokens))
+    gens = generate_batch(loaded.model, loaded.tokenizer, prompts, gen or GenSettings(max_new_tokens=max_new_tokens))
     return [g.text for g in gens]

@@ -10,6 +10,7 @@ import pytest
 from evalsuite.errors import EvalsuiteError
 from evalsuite.tasks.code import CodeTask, build_program, extract_code
 from evalsuite.tasks.registry import default_registry
+from tests.conftest import greedy_answers
 
 
 @pytest.fixture(scope="module")
@@ -124,14 +125,9 @@ def test_bad_params(task, bad):
 
 @pytest.mark.embedded
 def test_embedded_model_writes_some_working_functions(embedded):
-    from evalsuite.run.generate import generate_batch
-    from evalsuite.run.prompts import render_prompt
-
     task = CodeTask()
     names = ("builtin/add", "builtin/square", "builtin/is_even", "builtin/reverse_string")
     samples = [s for s in task.samples({}, 0) if s.id in names]
-    gen = task.gen_settings({"max_new_tokens": 96})
-    outs = generate_batch(embedded.model, embedded.tokenizer, [render_prompt(s, embedded.tokenizer) for s in samples],
-                          gen)
-    scores = [task.score(s, o.text) for s, o in zip(samples, outs)]
+    outs = greedy_answers(embedded, samples, gen=task.gen_settings({"max_new_tokens": 96}))
+    scores = [task.score(s, o) for s, o in zip(samples, outs)]
     assert sum(s.value for s in scores) >= 2, [s.reason for s in scores]

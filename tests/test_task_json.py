@@ -10,6 +10,7 @@ from evalsuite.errors import EvalsuiteError
 from evalsuite.tasks.json_cases import KINDS
 from evalsuite.tasks.json_task import JsonTask, field_accuracy, parse_json, score_output
 from evalsuite.tasks.registry import default_registry
+from tests.conftest import greedy_answers
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age", "tier", "email"],
           "properties": {"name": {"type": "string", "minLength": 1},
@@ -128,12 +129,8 @@ def test_bad_params(task, bad):
 
 @pytest.mark.embedded
 def test_embedded_model_produces_some_valid_json(embedded):
-    from evalsuite.run.generate import generate_batch
-    from evalsuite.run.prompts import render_prompt
-
     task = JsonTask()
     samples = task.samples({"n": 4, "kinds": ["flat", "extract"]}, 0)
-    outs = generate_batch(embedded.model, embedded.tokenizer, [render_prompt(s, embedded.tokenizer) for s in samples],
-                          task.gen_settings({"max_new_tokens": 96}))
-    scores = [task.score(s, o.text) for s, o in zip(samples, outs)]
+    outs = greedy_answers(embedded, samples, gen=task.gen_settings({"max_new_tokens": 96}))
+    scores = [task.score(s, o) for s, o in zip(samples, outs)]
     assert sum(s.extra["parsed"] for s in scores) >= 2, [s.reason for s in scores]

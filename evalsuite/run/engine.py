@@ -64,11 +64,13 @@ def _plain_dynamic(model: Any) -> bool:
 
 
 @torch.no_grad()
-def encode_prefix(model: Any, ids: Sequence[int]) -> Prefix | None:
-    """The prefix ``ids`` with its K/V at batch 1 (None for no prefix)."""
+def encode_prefix(model: Any, ids: Sequence[int], cache: Any = None) -> Prefix | None:
+    """The prefix ``ids`` with its K/V at batch 1 (None for no prefix). No K/V is computed where it would not be
+    used: for a model whose cache layout does not allow reuse, or when ``cache`` (a fresh cache of the kind the
+    prompts will run with) has a quantized prefill."""
     if not ids:
         return None
-    if not _plain_dynamic(model):
+    if not _plain_dynamic(model) or not exact_prefill(cache):
         return Prefix(tuple(ids), None)
     cache = DynamicCache(config=model.config)
     model(input_ids=torch.tensor([list(ids)], device=model.device), cache=cache, use_cache=True,

@@ -92,6 +92,6 @@ def iter_generate(model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]
     """
     ids = encode_prompts(tokenizer, prompts)
     p = common_prefix_len(ids) if prefix_len is None else prefix_len
-    prefix = encode_prefix(model, ids[0][:p]) if p and ids else None
+    prefix = encode_prefix(model, ids[0][:p], make_cache() if make_cache else None) if p and ids else None
     for idx in plan_batches([len(x) for x in ids], max_batch, max_tokens):
         yield idx, _generate_ids(model, tokenizer, [ids[i] for i in idx], gen, make_cache, seed, prefix)

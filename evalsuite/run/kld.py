@@ -74,8 +74,8 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
     cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0)
     base_lp = cache.get(cache_key, lambda: _chunked_logprobs(base_model, rows, encode_prefix(base_model, head),
                                                                None, *args))
-    var_lp = _chunked_logprobs(var_model, rows, encode_prefix(var_model, head),
-                               make_cache() if make_cache else None, *args)
+    var_cache = make_cache() if make_cache else None
+    var_lp = _chunked_logprobs(var_model, rows, encode_prefix(var_model, head, var_cache), var_cache, *args)
     var_lp = var_lp.to(torch.bfloat16).float()  # rounded like the cached baseline, so identical inputs give 0
     kl = (base_lp.exp() * (base_lp - var_lp)).sum(-1).clamp(min=0.0)  # [batch, answer_len]
     agree = base_lp.argmax(-1) == var_lp.argmax(-1)
