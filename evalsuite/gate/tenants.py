@@ -31,7 +31,8 @@ from evalsuite.gate.policy import Policy, PolicyParser, load_policy, parse_polic
 from evalsuite.gate.verdict import evaluate_gate
 from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.stats.compare import SliceFilter, compare
-from evalsuite.stats.types import CheckResult, GateResult, PairedStats, Verdict
+from evalsuite.gate.types import CheckResult, GateResult, Verdict
+from evalsuite.stats.types import PairedStats
 
 COSTS = ("weight_bytes", "kv_bytes_per_token")
 

@@ -19,7 +19,8 @@ from evalsuite.gate.policy import Policy, Thresholds
 from evalsuite.run.records import KLDResult, SampleResult
 from evalsuite.stats.compare import compare
 from evalsuite.stats.paired import wilson_ci
-from evalsuite.stats.types import ALL, CheckResult, GateResult, PairedStats, Verdict
+from evalsuite.gate.types import CheckResult, GateResult, Verdict
+from evalsuite.stats.types import ALL, PairedStats
 
 _RANK: dict[str, int] = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
 _EPS = 1e-12  # float slack so that e.g. a CI bound of exactly -0.05 meets max_drop 0.05

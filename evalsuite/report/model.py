@@ -22,7 +22,8 @@ from typing import Any, Iterable
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.run.records import SampleResult, VariantInfo
-from evalsuite.stats.types import GateResult, PairedStats
+from evalsuite.gate.types import GateResult
+from evalsuite.stats.types import PairedStats
 
 SCHEMA_VERSION = 1
 REQUIRED = ("schema_version", "run_id", "created", "model", "baseline", "overall", "exit_code", "variants",

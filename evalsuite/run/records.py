@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+#: a baseline rerun at another batch size is stored as "<baseline>@noise" (the noise floor)
+NOISE_SUFFIX = "@noise"
+
 
 @dataclass(frozen=True)
 class SampleResult:

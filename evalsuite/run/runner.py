@@ -15,13 +15,12 @@ from evalsuite.run.config import RunConfig
 from evalsuite.run.generate import iter_generate, shared_prefix_len
 from evalsuite.run.prepare import PreparedTask
 from evalsuite.run.prompts import render_prompt
-from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.run.records import NOISE_SUFFIX, KLDResult, SampleResult, VariantInfo
 from evalsuite.run.store import Store
 from evalsuite.run.kld import BaselineLogprobCache, teacher_forced_kld
 from evalsuite.variants.build import BuiltVariant, build_variant
 from evalsuite.variants.spec import VariantSpec
 
-NOISE_SUFFIX = "@noise"
 
 
 @dataclass

@@ -13,7 +13,8 @@ from evalsuite.errors import EvalsuiteError
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.config import RunConfig
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.run.runner import NOISE_SUFFIX, Runner
+from evalsuite.run.records import NOISE_SUFFIX
+from evalsuite.run.runner import Runner
 from evalsuite.run.store import Store
 from evalsuite.scale.ray_exec import ModelFactory, Unit, fingerprint_of, run_unit
 from evalsuite.variants.spec import VariantSpec

@@ -48,12 +48,16 @@ class Sample:
 
 @dataclass(frozen=True)
 class Score:
-    """A scored output: ``value`` in [0, 1] (1/0 for binary tasks), the extracted answer and a reason."""
+    """A scored output: ``value`` in [0, 1] (1/0 for binary tasks), the extracted answer and a reason.
+
+    ``metrics`` are named secondary numbers beside the score (JSON field accuracy, needle prompt tokens, a
+    refusal flag ...): they are stored with the sample, shown in the report and can be gated (``metric:``).
+    """
 
     value: float
     extracted: str | None = None
     reason: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)  # numbers (gateable), bools, short strings
 
 
 class Task(ABC):

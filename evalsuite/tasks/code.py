@@ -123,10 +123,10 @@ class CodeTask(Task):
     @staticmethod
     def _score(result: SandboxResult | None, code: str, reason: str) -> Score:
         if result is None:
-            return Score(value=0.0, extracted=code or None, reason=reason, extra={"status": "no_code"})
+            return Score(value=0.0, extracted=code or None, reason=reason, metrics={"status": "no_code"})
         return Score(value=1.0 if result.passed else 0.0, extracted=code[:4000],
                      reason=f"{result.status}: {result.reason}",
-                     extra={"status": result.status, "duration_s": result.duration_s})
+                     metrics={"status": result.status, "duration_s": result.duration_s})
 
     def score(self, sample: Sample, output: str) -> Score:
         program, code, reason = build_program(sample.target, output)
@@ -145,4 +145,4 @@ class CodeTask(Task):
         k = min(int(sample.target["k"]), n)
         value = float(estimate_pass_at_k(n, [c], k)[0])
         return Score(value=value, extracted=scores[0].extracted, reason=f"{c}/{n} passed; pass@{k}={value:.3f}",
-                     extra={"n": n, "correct": c, "k": k, "statuses": [s.extra["status"] for s in scores]})
+                     metrics={"n": n, "correct": c, "k": k, "statuses": [s.metrics["status"] for s in scores]})

@@ -1,7 +1,7 @@
 """The json task: produce a JSON object that matches a JSON Schema (and, for extraction, holds the right values).
 
 Scoring rule: ``value`` = 1 when the output parses, validates against the schema (Draft 2020-12 with format
-checks) and, where the case has a ground truth, every field equals it; else 0. ``extra`` carries ``parsed``,
+checks) and, where the case has a ground truth, every field equals it; else 0. ``metrics`` carries ``parsed``,
 ``valid`` and ``field_accuracy`` (fraction of ground-truth leaf fields right; None without a ground truth).
 """
 from __future__ import annotations
@@ -87,26 +87,26 @@ def field_accuracy(truth: dict[str, Any], got: Any) -> tuple[float, list[str]]:
 
 def score_output(target: dict[str, Any], output: str) -> Score:
     """Parse, validate, compare (see the module docstring for the rule)."""
-    extra: dict[str, Any] = {"parsed": False, "valid": False, "field_accuracy": None}
+    metrics: dict[str, Any] = {"parsed": False, "valid": False, "field_accuracy": None}
     try:
         value, how = parse_json(output, target["mode"])
     except ValueError as exc:
-        return Score(0.0, None, f"unparsed: {exc}", extra)
+        return Score(0.0, None, f"unparsed: {exc}", metrics)
     extracted = json.dumps(value, sort_keys=True)[:2000]
-    extra["parsed"] = True
+    metrics["parsed"] = True
     validator = Draft202012Validator(target["schema"], format_checker=FormatChecker())
     error = best_match(validator.iter_errors(value))
-    extra["valid"] = error is None
+    metrics["valid"] = error is None
     truth = target.get("truth")
     wrong: list[str] = []
     if truth is not None:
-        extra["field_accuracy"], wrong = field_accuracy(truth, value)
+        metrics["field_accuracy"], wrong = field_accuracy(truth, value)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-        return Score(0.0, extracted, f"schema violation at {where}: {error.message}"[:300], extra)
+        return Score(0.0, extracted, f"schema violation at {where}: {error.message}"[:300], metrics)
     if wrong:
-        return Score(0.0, extracted, f"valid but wrong fields: {', '.join(wrong)}"[:300], extra)
-    return Score(1.0, extracted, f"valid ({how})" + (", all fields right" if truth is not None else ""), extra)
+        return Score(0.0, extracted, f"valid but wrong fields: {', '.join(wrong)}"[:300], metrics)
+    return Score(1.0, extracted, f"valid ({how})" + (", all fields right" if truth is not None else ""), metrics)
 
 
 def _validate(params: dict[str, Any]) -> list[str]:

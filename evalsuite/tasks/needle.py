@@ -188,7 +188,7 @@ class NeedleTask(Task):
         return GenSettings(max_new_tokens=int(self.params(params)["max_new_tokens"]))
 
     def score(self, sample: Sample, output: str) -> Score:
-        """1 if every value appears in the output and no distractor does; fraction found in extra."""
+        """1 if every value appears in the output and no distractor does; fraction found in metrics."""
         values, distractors = sample.target["values"], sample.target.get("distractors", [])
         norm = normalize(output)
         found = [v for v in values if _appears(v, norm)]
@@ -200,4 +200,4 @@ class NeedleTask(Task):
             [f"returned distractor(s) {', '.join(wrong)}"] if wrong else [])
         reason = "; ".join(problems) or f"found all {len(values)} value(s)"
         return Score(value=1.0 if ok else 0.0, extracted=", ".join(found) or None, reason=reason,
-                     extra={"fraction": fraction, "distractors": len(wrong)})
+                     metrics={"fraction": fraction, "distractors": len(wrong)})

@@ -205,7 +205,7 @@ class ReasoningTask(Task):
         ok = abs(value - target) <= 1e-6 * max(1.0, abs(target))
         verdict = "correct" if ok else f"wrong, expected {_fmt(target)}"
         return Score(value=1.0 if ok else 0.0, extracted=_fmt(value), reason=f"{method} {_fmt(value)}: {verdict}",
-                     extra={"method": method})
+                     metrics={"method": method})
 
 
 def _check(p: dict[str, Any]) -> None:

@@ -90,7 +90,7 @@ def test_shipped_files_are_valid_and_document_the_defaults(name):
 
     from evalsuite.tasks.registry import default_registry
 
-    path = Path(__file__).resolve().parent.parent / "tasks" / f"{name}.yaml"
+    path = Path(__file__).resolve().parents[2] / "tasks" / f"{name}.yaml"
     assert load_task_params(name, path) == {}
     lines = re.findall(r"^# (\w+: .*)$", path.read_text(), flags=re.MULTILINE)
     documented = yaml.safe_load("\n".join(lines))

@@ -140,7 +140,7 @@ def test_single_scoring(task, vtype):
     s = _one(task, "single", vtype)
     value = s.target["values"][0]
     right = task.score(s, f'The special magic {vtype} is "{value.upper()}".')
-    assert right.value == 1.0 and right.extracted == value and right.extra["fraction"] == 1.0
+    assert right.value == 1.0 and right.extracted == value and right.metrics["fraction"] == 1.0
     wrong = task.score(s, "The special magic value is 7654321 or lemon.")
     assert wrong.value == 0.0 and wrong.extracted is None and value in wrong.reason
 
@@ -167,10 +167,10 @@ def test_all_values_must_come_back(task, kind):
     values = s.target["values"]
     assert len(values) >= 2
     full = task.score(s, "They are: " + ", ".join(reversed(values)) + ".")
-    assert full.value == 1.0 and full.extra["fraction"] == 1.0
+    assert full.value == 1.0 and full.metrics["fraction"] == 1.0
     partial = task.score(s, " and ".join(values[:-1]))
     assert partial.value == 0.0
-    assert partial.extra["fraction"] == pytest.approx((len(values) - 1) / len(values))
+    assert partial.metrics["fraction"] == pytest.approx((len(values) - 1) / len(values))
     assert values[-1] in partial.reason
 
 

@@ -13,7 +13,7 @@ from evalsuite.tasks.reasoning import ReasoningTask, extract_answer
 from evalsuite.tasks.registry import default_registry
 from tests.conftest import greedy_answers
 
-DATA = Path(__file__).parent / "data" / "gsm8k_mini.jsonl"
+DATA = Path(__file__).parents[1] / "data" / "gsm8k_mini.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def test_scoring(task):
     s = task.samples({"steps": [2], "difficulties": ["hard"], "per_cell": 1}, seed=0)[0]
     answer = s.target["answer"]
     right = task.score(s, f"Step one.\nAnswer: {answer:,}")
-    assert right.value == 1.0 and right.extracted == str(answer) and right.extra["method"] == "answer"
+    assert right.value == 1.0 and right.extracted == str(answer) and right.metrics["method"] == "answer"
     wrong = task.score(s, f"Answer: {answer + 1}")
     assert wrong.value == 0.0 and str(answer) in wrong.reason
     assert task.score(s, f"So he has {answer}.0 now.").value == 1.0

@@ -74,16 +74,16 @@ def test_extract_code():
 def test_scoring_paths(task):
     sample = by_id(task.samples({}, 0), "builtin/add")
     right = task.score(sample, "Sure:\n```python\ndef add(a, b):\n    return a + b\n```")
-    assert right.value == 1.0 and right.extra["status"] == "passed"
+    assert right.value == 1.0 and right.metrics["status"] == "passed"
     wrong = task.score(sample, "```python\ndef add(a, b):\n    return a * b\n```")
-    assert wrong.value == 0.0 and wrong.extra["status"] == "failed" and "add(2, 3) == 5" in wrong.reason
+    assert wrong.value == 0.0 and wrong.metrics["status"] == "failed" and "add(2, 3) == 5" in wrong.reason
     crash = task.score(sample, "```python\ndef add(a, b):\n    return undefined_name\n```")
-    assert crash.value == 0.0 and crash.extra["status"] == "exception" and "NameError" in crash.reason
+    assert crash.value == 0.0 and crash.metrics["status"] == "exception" and "NameError" in crash.reason
     nothing = task.score(sample, "I cannot help with that.")
-    assert nothing.value == 0.0 and nothing.extra["status"] == "no_code" and "add" in nothing.reason
+    assert nothing.value == 0.0 and nothing.metrics["status"] == "no_code" and "add" in nothing.reason
     hang = task.score(by_id(task.samples({"timeout_s": 1.0}, 0), "builtin/add"),
                       "```python\ndef add(a, b):\n    while True:\n        pass\n```")
-    assert hang.value == 0.0 and hang.extra["status"] == "timeout"
+    assert hang.value == 0.0 and hang.metrics["status"] == "timeout"
 
 
 def test_completion_style_and_stripped_indentation(task):
@@ -102,16 +102,16 @@ def test_humaneval_canonical_solutions_pass_and_typing_header_is_kept(task, cano
     body = "def has_close_elements(numbers: List[float], threshold: float) -> bool:\n    return False\n"
     program, _, _ = build_program(he0.target, f"```python\n{body}```")
     assert "from typing import List" in program
-    assert task.score(he0, f"```python\n{body}```").extra["status"] == "failed"
+    assert task.score(he0, f"```python\n{body}```").metrics["status"] == "failed"
 
 
 def test_pass_at_k(task):
     sample = by_id(task.samples({"n": 3, "k": 2, "temperature": 0.8}, 0), "builtin/add")
     outs = ["```python\ndef add(a, b):\n    return a + b\n```", "def add(a, b):\n    return 0", "no code"]
     score = task.score_many(sample, outs)
-    assert score.extra["correct"] == 1 and score.extra["n"] == 3
+    assert score.metrics["correct"] == 1 and score.metrics["n"] == 3
     assert score.value == pytest.approx(1 - 1 / 3)  # 1 - C(2,2)/C(3,2)
-    assert score.extra["statuses"] == ["passed", "failed", "no_code"]
+    assert score.metrics["statuses"] == ["passed", "failed", "no_code"]
     pass1 = task.score_many(by_id(task.samples({}, 0), "builtin/add"), outs)
     assert pass1.value == pytest.approx(1 / 3)
 

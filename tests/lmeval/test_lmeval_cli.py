@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-LMEVAL_DIR = Path(__file__).parent / "data" / "lmeval"
+LMEVAL_DIR = Path(__file__).parents[1] / "data" / "lmeval"
 
 
 def _main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:

@@ -16,7 +16,7 @@ from evalsuite.plan import (count_params, kv_bytes_for_context, kv_bytes_per_tok
 from evalsuite.plan.bytes import full_precision_tokens
 from evalsuite.variants.spec import WeightSpec, parse_variant
 
-CONFIGS = Path(__file__).parent / "data" / "configs"
+CONFIGS = Path(__file__).parents[1] / "data" / "configs"
 GIB = 2**30
 
 

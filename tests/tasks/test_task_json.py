@@ -69,7 +69,7 @@ def test_prompt_formats(task):
 
 def test_invalid_json():
     score = score_output(target(), '{"name": "Ada", "age": 41')
-    assert score.value == 0 and score.extra == {"parsed": False, "valid": False, "field_accuracy": None}
+    assert score.value == 0 and score.metrics == {"parsed": False, "valid": False, "field_accuracy": None}
     assert score.reason.startswith("unparsed")
 
 
@@ -84,31 +84,31 @@ def test_invalid_json():
 ])
 def test_valid_json_that_violates_the_schema(bad, where):
     score = score_output(target(), json.dumps(bad))
-    assert score.value == 0 and score.extra["parsed"] and not score.extra["valid"]
+    assert score.value == 0 and score.metrics["parsed"] and not score.metrics["valid"]
     assert score.reason.startswith("schema violation") and where in score.reason
 
 
 def test_right_schema_wrong_values():
     got = {**TRUTH, "name": "Ada Lovelace", "age": 14}
     score = score_output(target(), json.dumps(got))
-    assert score.value == 0 and score.extra["valid"] and score.extra["field_accuracy"] == 0.5
+    assert score.value == 0 and score.metrics["valid"] and score.metrics["field_accuracy"] == 0.5
     assert "name" in score.reason and "age" in score.reason
     ok = score_output(target(), json.dumps({**TRUTH, "name": "  ada   BRAKMOR "}))
-    assert ok.value == 1 and ok.extra["field_accuracy"] == 1.0
+    assert ok.value == 1 and ok.metrics["field_accuracy"] == 1.0
 
 
 def test_without_ground_truth_validity_decides():
     score = score_output(target(truth=None), json.dumps({**TRUTH, "name": "Anyone"}))
-    assert score.value == 1 and score.extra["field_accuracy"] is None
+    assert score.value == 1 and score.metrics["field_accuracy"] is None
 
 
 def test_fenced_and_surrounded_json_strict_vs_lenient():
     fenced = f"Here it is:\n```json\n{json.dumps(TRUTH)}\n```\nAnything else?"
     surrounded = f"Sure! {json.dumps(TRUTH)} is the answer."
     for text in (fenced, surrounded):
-        assert score_output(target("strict"), text).extra["parsed"] is False
+        assert score_output(target("strict"), text).metrics["parsed"] is False
         lenient = score_output(target("lenient"), text)
-        assert lenient.value == 1 and lenient.extra["parsed"]
+        assert lenient.value == 1 and lenient.metrics["parsed"]
     assert score_output(target("strict"), f"  {json.dumps(TRUTH)}\n").value == 1
     assert parse_json('x {"a": {"b": [1, 2]}} y {"c": 1}', "lenient")[0] == {"a": {"b": [1, 2]}}
 
@@ -133,4 +133,4 @@ def test_embedded_model_produces_some_valid_json(embedded):
     samples = task.samples({"n": 4, "kinds": ["flat", "extract"]}, 0)
     outs = greedy_answers(embedded, samples, gen=task.gen_settings({"max_new_tokens": 96}))
     scores = [task.score(s, o) for s, o in zip(samples, outs)]
-    assert sum(s.extra["parsed"] for s in scores) >= 2, [s.reason for s in scores]
+    assert sum(s.metrics["parsed"] for s in scores) >= 2, [s.reason for s in scores]

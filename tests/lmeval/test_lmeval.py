@@ -17,7 +17,7 @@ from evalsuite.run.store import Store
 from evalsuite.variants.build import build_variant
 from evalsuite.variants.spec import parse_variant
 
-LMEVAL_DIR = Path(__file__).parent / "data" / "lmeval"
+LMEVAL_DIR = Path(__file__).parents[1] / "data" / "lmeval"
 KV = "kv4g32r16"
 
 

@@ -15,7 +15,8 @@ from evalsuite.report.junit import render_junit
 from evalsuite.report.markdown import render_markdown
 from evalsuite.report.model import SCHEMA_VERSION, Flip, ReportModel, check_report, needle_grid
 from evalsuite.run.records import SampleResult, VariantInfo
-from evalsuite.stats.types import CheckResult, GateResult, PairedStats
+from evalsuite.gate.types import CheckResult, GateResult
+from evalsuite.stats.types import PairedStats
 
 EVIL = '<script>alert("pwn")</script> & \'q\' <img src="https://evil.example/x.png">'
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,39 @@
+"""Typed results of gating: one CheckResult per policy check, a GateResult per run (consumed by tenants, report)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One policy check (e.g. max_drop on needle, context_len>=2048) for one variant."""
+
+    variant: str
+    task: str
+    slice: str
+    check: str  # max_drop | min_recovery | max_flip_rate | max_kld | min_score | min_samples
+    threshold: float
+    observed: float
+    verdict: Verdict
+    reason: str  # one line
+    ci: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GateResult:
+    """All checks, the per-variant verdicts and the overall verdict with its exit code."""
+
+    checks: list[CheckResult] = field(default_factory=list)
+    variant_verdicts: dict[str, Verdict] = field(default_factory=dict)
+    overall: Verdict = "PASS"
+    exit_code: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"overall": self.overall, "exit_code": self.exit_code,
+                "variant_verdicts": self.variant_verdicts, "checks": [c.to_dict() for c in self.checks]}
