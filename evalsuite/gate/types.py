@@ -20,6 +20,8 @@ class CheckResult:
     verdict: Verdict
     reason: str  # one line
     ci: tuple[float, float] | None = None
+    n: int = 0  # paired samples the decision used
+    more_needed: int | None = None  # INCONCLUSIVE: about how many more paired samples would decide it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -26,6 +26,8 @@ class SampleResult:
     n_tokens: int = 0
     ttft_s: float | None = None
     itl_s: float | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)  # the task's secondary metrics (Score.metrics)
+    outputs: tuple[str, ...] = ()  # all n generations when the task asks for n > 1 (pass@k); else empty
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -177,4 +177,22 @@ def _stats(name: str, task: str, slice_name: str, members: Sequence[_Item], is_b
         baseline_mean=float(base.mean()) if pairs else 0.0, variant_mean=float(var.mean()) if pairs else 0.0,
         delta=delta, ci_low=lo, ci_high=hi, binary=is_binary,
         agreement=sum(b.output == v.output for b, v in pairs) / len(pairs) if pairs else 0.0,
-        n_unpaired=len(members) - len(pairs), **flips, **kld_aggregate(klds))
+        n_unpaired=len(members) - len(pairs), metrics=metric_means(pairs), **flips, **kld_aggregate(klds))
+
+
+def metric_means(pairs: Sequence[tuple[SampleResult, SampleResult]]) -> dict[str, dict[str, float]]:
+    """Per numeric secondary metric (bools count as 0/1): its baseline and variant means over the pairs where
+    both sides report it, and their difference. Strings and None are not averaged."""
+    names = sorted({k for b, v in pairs for k in (*b.metrics, *v.metrics)})
+    out: dict[str, dict[str, float]] = {}
+    for name in names:
+        both = [(b.metrics.get(name), v.metrics.get(name)) for b, v in pairs]
+        both = [(float(x), float(y)) for x, y in both if _numeric(x) and _numeric(y)]
+        if both:
+            mb, mv = sum(x for x, _ in both) / len(both), sum(y for _, y in both) / len(both)
+            out[name] = {"baseline": mb, "variant": mv, "delta": mv - mb, "n": float(len(both))}
+    return out
+
+
+def _numeric(x: Any) -> bool:
+    return isinstance(x, (int, float, bool)) and not (isinstance(x, float) and x != x)

@@ -1,7 +1,7 @@
 """Typed results of paired comparison (consumed by the gate, tenants, report)."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 ALL = "all"  # the slice name covering every sample of a task
@@ -30,6 +30,8 @@ class PairedStats:
     kld_max: float | None = None
     top1_agreement: float | None = None
     n_unpaired: int = 0  # samples of this (task, slice) present on one side only (excluded from n)
+    #: numeric secondary metrics of the task (Score.metrics): name -> {"baseline", "variant", "delta"} means
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def flip_rate(self) -> float:
