@@ -35,12 +35,12 @@ def in_process(task, samples, gen, batch: int) -> float:
 
 
 def endpoint(url: str, samples, gen, concurrency: int) -> float:
-    from evalsuite.scale.endpoint import EndpointBackend, EndpointClient, EndpointSpec
+    from evalsuite.scale.endpoint import EndpointClient, EndpointPool, EndpointSpec
 
     client = EndpointClient(EndpointSpec(url, "bench"))
     client.probe()
     start = time.perf_counter()
-    for _ in EndpointBackend(client, concurrency).generate(samples, gen):
+    for _ in EndpointPool(client, concurrency).generate(samples, gen, [[0]] * len(samples)):
         pass
     return time.perf_counter() - start
 

@@ -17,14 +17,15 @@ from pathlib import Path
 
 def run_evalsuite(base, task, batch_size: int, run_dir: Path) -> float:
     from evalsuite.run.config import RunConfig
-    from evalsuite.run.prepare import prepare_variants
+    from evalsuite.run.inprocess import InProcessBackend
     from evalsuite.run.runner import Runner
     from evalsuite.run.store import Store
 
     config = RunConfig(model=base.name, variants=["bf16"], tasks=[task.name], batch_size=batch_size, kld=False)
     store = Store.create(run_dir, config.to_dict())
+    backend = InProcessBackend.of(base, seed=config.seed)
     start = time.perf_counter()
-    Runner(config, base, [task], store, progress=False, log=lambda s: None).run(prepare_variants(config))
+    Runner(config, backend, [task], store, progress=False, log=lambda s: None).run(backend.variants(config.variants))
     elapsed = time.perf_counter() - start
     assert len(store.samples("bf16")) == len(task.samples)
     return elapsed

@@ -66,3 +66,32 @@ def greedy_answers(loaded, samples, max_new_tokens=None, gen=None):
     prompts = [render_prompt(s, loaded.tokenizer) for s in samples]
     gens = generate_batch(loaded.model, loaded.tokenizer, prompts, gen or GenSettings(max_new_tokens=max_new_tokens))
     return [g.text for g in gens]
+
+
+def prepared(task=None, n: int = 6, seed: int = 1, **params):
+    """PreparedTasks of ``task`` (default: the CopyTask test task) with ``n`` samples, as the runner gets them."""
+    from evalsuite.run.prepare import PreparedTask
+    from tests.toytask import CopyTask
+
+    task = task or CopyTask()
+    p = task.params({"n": n, **params})
+    return [PreparedTask(task, p, task.gen_settings(p), task.samples(p, seed))]
+
+
+def run_model(loaded, run_dir, variants=("bf16",), tasks=None, batch_size: int = 4, kld: bool = True,
+              store=None, noise_floor: bool = False, backend=None):
+    """The one way tests run the Runner: ``loaded`` through an in-process backend (or ``backend``) into a store
+    at ``run_dir`` (or ``store``, to continue one). Returns the store, marked finished."""
+    from evalsuite.run.config import RunConfig
+    from evalsuite.run.inprocess import InProcessBackend
+    from evalsuite.run.runner import Runner
+    from evalsuite.run.store import Store
+
+    tasks = tasks if tasks is not None else prepared()
+    config = RunConfig(model=loaded.name if loaded is not None else "tiny", variants=list(variants),
+                       tasks=[t.name for t in tasks], batch_size=batch_size, kld=kld, noise_floor=noise_floor)
+    store = store or Store.create(run_dir, config.to_dict())
+    backend = backend or InProcessBackend.of(loaded, seed=config.seed)
+    Runner(config, backend, tasks, store, progress=False, log=lambda s: None).run(backend.variants(config.variants))
+    store.set_meta({"finished": 1.0})
+    return store

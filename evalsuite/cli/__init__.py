@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 from importlib import import_module
+from pathlib import Path
 
 import click
 
@@ -56,12 +57,40 @@ def cli() -> None:
 
     Runs a baseline model and its quantized variants (weights and/or KV cache) on the same samples,
     compares them sample by sample, and gates the release with PASS / FAIL / INCONCLUSIVE.
-    Exit codes: 0 pass, 1 fail, 2 bad input.
+    Exit codes: 0 pass, 1 fail (or inconclusive under on_inconclusive: fail), 2 bad input, 3 internal error.
     """
 
 
+INTERNAL_ERROR = 3
+
+
+def _internal_error(exc: BaseException) -> None:
+    """One line on stderr; the traceback goes to the run folder's ``error.log`` (else a temporary file)."""
+    import tempfile
+    import time
+    import traceback
+
+    from evalsuite.cli.common import crash_log_dir
+
+    folder = crash_log_dir()
+    if folder is not None:
+        path = folder / "error.log"
+    else:
+        path = Path(tempfile.gettempdir()) / f"evalsuite-error-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+        where = f"traceback in {path}"
+    except OSError:
+        where = "traceback could not be written"
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    click.echo(f"evalsuite: internal error: {type(exc).__name__}: {first} ({where})", err=True)
+    sys.exit(INTERNAL_ERROR)
+
+
 def main() -> None:
-    """Console entry point: EvalsuiteError -> one line on stderr, exit 2."""
+    """Console entry point: EvalsuiteError -> one line on stderr, exit 2; any other exception -> exit 3."""
     try:
         rc = cli.main(standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
@@ -73,6 +102,8 @@ def main() -> None:
     except click.ClickException as exc:
         click.echo(f"evalsuite: error: {exc.format_message()}", err=True)
         sys.exit(2)
-    except click.Abort:
+    except (click.Abort, KeyboardInterrupt):
         click.echo("evalsuite: aborted", err=True)
         sys.exit(130)
+    except Exception as exc:  # a bug, not bad input: exit 3 so CI can tell it from a FAIL verdict
+        _internal_error(exc)

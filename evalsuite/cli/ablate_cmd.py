@@ -25,6 +25,8 @@ def ablate(model: str, dtype: str, sweeps: tuple[str, ...], tasks: str, limit: i
     """Run every swept variant and the baseline on identical samples; write a table and plots of each task's
     score (95% CI) and KLD against bytes (weight bytes, or KV bytes per token for KV-only variants), with the
     Pareto front marked, under reports/<run>/."""
+    from evalsuite.cli.backends import make_backend
+    from evalsuite.cli.common import set_run_dir
     from evalsuite.cli.run_cmd import parse_params
     from evalsuite.gate.store_gate import gate_store
     from evalsuite.report.ablation import ablation_points, expand_sweep, write_ablation
@@ -37,7 +39,9 @@ def ablate(model: str, dtype: str, sweeps: tuple[str, ...], tasks: str, limit: i
                        task_params=parse_params(params), seed=seed, limit=limit, batch_size=batch_size)
     quiet_libraries()
     run_dir = runs_root() / (run_id or new_run_id().replace("run-", "ablate-"))
-    store = execute(config, run_dir, resume=False, progress=not quiet, log=click.echo)
+    set_run_dir(run_dir)
+    store = execute(config, run_dir, resume=False, backend=make_backend(config, run_dir), progress=not quiet,
+                    log=click.echo)
     points = ablation_points(gate_store(store), store.variant_infos())
     files = write_ablation(points, reports_root() / run_dir.name)
     click.echo((reports_root() / run_dir.name / "ablation.md").read_text())

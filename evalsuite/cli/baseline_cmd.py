@@ -22,6 +22,8 @@ def baseline(model: str, dtype: str, tasks: str, limit: int | None, seed: int, p
     """Run the baseline only and store its per-sample results with a manifest (model content fingerprint,
     task versions, parameters, generation settings, library versions) under baselines/<fingerprint>/.
     `evalsuite run` reuses a matching stored baseline and refuses (with the reason) one that does not match."""
+    from evalsuite.cli.backends import make_backend
+    from evalsuite.cli.common import set_run_dir
     from evalsuite.cli.run_cmd import parse_params
     from evalsuite.run.baselines import save_baseline
     from evalsuite.run.pipeline import execute, new_run_id
@@ -32,7 +34,10 @@ def baseline(model: str, dtype: str, tasks: str, limit: int | None, seed: int, p
                        task_params=parse_params(params), seed=seed, limit=limit, kld=False)
     quiet_libraries()
     run_dir = runs_root() / f"baseline-{new_run_id()}"
-    store = execute(config, run_dir, resume=False, progress=not quiet, log=click.echo)
-    folder = save_baseline(out or baselines_root(), store, prepare_tasks(config, default_registry()), seed, "bf16")
+    set_run_dir(run_dir)
+    backend = make_backend(config, run_dir)
+    store = execute(config, run_dir, resume=False, backend=backend, progress=not quiet, log=click.echo)
+    tasks_ = prepare_tasks(config, default_registry(), backend.task_context())
+    folder = save_baseline(out or baselines_root(), store, tasks_, seed, "bf16")
     click.echo(f"baseline stored: {folder}")
     return 0

@@ -20,6 +20,19 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--model", "-m", default="default", show_default=True, help=MODEL_HELP)(fn)
 
 
+_RUN_DIR: list[Path] = []  # the run folder of the command in progress (where an internal error's traceback goes)
+
+
+def set_run_dir(path: Path) -> None:
+    """Remember the run folder so that an internal error can leave its traceback there."""
+    _RUN_DIR[:] = [Path(path)]
+
+
+def crash_log_dir() -> Path | None:
+    """The run folder of the command in progress, when it exists."""
+    return _RUN_DIR[0] if _RUN_DIR and _RUN_DIR[0].is_dir() else None
+
+
 def runs_root() -> Path:
     """Where run folders live ($EVALSUITE_RUNS or ./runs)."""
     return Path(os.environ.get("EVALSUITE_RUNS", "runs"))

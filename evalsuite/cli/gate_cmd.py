@@ -15,15 +15,14 @@ from evalsuite.cli.common import runs_root
 def gate(run: str, policy: Path | None, no_report: bool) -> int:
     """Re-gate the stored samples of RUN (a run id under ./runs, or a run folder) in seconds.
 
-    Exit codes: 0 pass, 1 fail (or inconclusive under on_inconclusive: fail), 2 bad input.
+    Exit codes: 0 pass, 1 fail (or inconclusive under on_inconclusive: fail), 2 bad input, 3 internal error.
     """
     from evalsuite.cli.finish import gate_and_report
-    from evalsuite.errors import EvalsuiteError
+    from evalsuite.gate.policy import load_policy
     from evalsuite.run.pipeline import require_finished
     from evalsuite.run.store import Store, resolve_run_dir
 
-    if policy is not None and not policy.is_file():
-        raise EvalsuiteError(f"policy file not found: {policy}")
+    load_policy(policy)  # refused with the key path before the store is read
     store = Store.open(resolve_run_dir(run, runs_root()))
     require_finished(store)
     return gate_and_report(store, policy, echo=click.echo, report=not no_report)

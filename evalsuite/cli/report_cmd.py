@@ -14,14 +14,13 @@ from evalsuite.cli.common import reports_root, runs_root
 @click.option("--out", type=click.Path(path_type=Path), help="Reports folder (default ./reports).")
 def report(run: str, policy: Path | None, out: Path | None) -> int:
     """Rebuild index.html, summary.md, results.json and junit.xml of RUN under reports/<run>/."""
-    from evalsuite.errors import EvalsuiteError
+    from evalsuite.gate.policy import load_policy
     from evalsuite.gate.store_gate import gate_store
     from evalsuite.report.build import write_report
     from evalsuite.run.pipeline import require_finished
     from evalsuite.run.store import Store, resolve_run_dir
 
-    if policy is not None and not policy.is_file():
-        raise EvalsuiteError(f"policy file not found: {policy}")
+    load_policy(policy)
     store = Store.open(resolve_run_dir(run, runs_root()))
     require_finished(store)
     path = write_report(store, gate_store(store, policy), out or reports_root())

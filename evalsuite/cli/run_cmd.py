@@ -43,8 +43,10 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--baseline", "baseline_dir", type=click.Path(path_type=Path),
               help="Stored baselines folder to reuse (strict: a mismatch is an error). Default: reuse a matching "
                    "one from ./baselines when present.")
-@click.option("--lm-eval-task", "lm_eval_tasks", multiple=True, help="Also run this lm-eval task (local data).")
-@click.option("--lm-eval-include", type=click.Path(path_type=Path), help="Folder of lm-eval task YAMLs.")
+@click.option("--lm-eval-task", "lm_eval_tasks", multiple=True,
+              help="Also run this lm-eval generate_until task (the task 'lm_eval:NAME'; local data).")
+@click.option("--lm-eval-include", type=click.Path(path_type=Path),
+              help="Folder of lm-eval task YAMLs (sets lm_eval:NAME.include for every --lm-eval-task).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Fan (variant x task x shard) units out to Ray (a local instance, or ADDRESS).")
@@ -55,28 +57,35 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, se
     """Run the baseline and every variant on the same samples of each task, store every scored sample as it
     completes (SQLite, resumable), measure memory and speed, then gate against a policy.
 
-    Exit codes: 0 pass, 1 fail (or inconclusive under on_inconclusive: fail), 2 bad input.
+    Exit codes: 0 pass, 1 fail (or inconclusive under on_inconclusive: fail), 2 bad input, 3 internal error.
     """
+    from evalsuite.cli.backends import make_backend
+    from evalsuite.cli.common import set_run_dir
+    from evalsuite.gate.policy import load_policy
     from evalsuite.run.pipeline import execute, new_run_id, resume_config, score_table
     from evalsuite.run.store import resolve_run_dir
 
     root = out or runs_root()
-    if policy is not None and not policy.is_file():
-        raise EvalsuiteError(f"policy file not found: {policy}")
+    load_policy(policy)  # a bad policy is refused before anything loads or runs
     if resume:
         run_dir = resolve_run_dir(resume, root)
         config = resume_config(run_dir)
     else:
+        task_list = [t.strip() for t in tasks.split(",") if t.strip()]
+        task_params = parse_params(params)
+        for name in lm_eval_tasks:
+            task_list.append(f"lm_eval:{name}")
+            if lm_eval_include is not None:
+                task_params.setdefault(f"lm_eval:{name}", {})["include"] = str(lm_eval_include.resolve())
         config = RunConfig(model=model, dtype=dtype, variants=[v.strip() for v in variants.split(",") if v.strip()],
-                           tasks=[t.strip() for t in tasks.split(",") if t.strip()], task_params=parse_params(params),
-                           seed=seed, limit=limit, batch_size=batch_size, kld=kld, noise_floor=noise_floor,
-                           lm_eval_tasks=list(lm_eval_tasks),
-                           lm_eval_include=str(lm_eval_include.resolve()) if lm_eval_include else None)
+                           tasks=task_list, task_params=task_params, seed=seed, limit=limit, batch_size=batch_size,
+                           kld=kld, noise_floor=noise_floor)
         run_dir = root / (run_id or new_run_id())
+    set_run_dir(run_dir)
     quiet_libraries()
     baselines = baseline_dir or (baselines_root() if baselines_root().exists() else None)
-    store = execute(config, run_dir, resume=bool(resume), progress=not quiet, log=click.echo, baselines=baselines,
-                    strict_baseline=baseline_dir is not None, ray_address=ray_address)
+    store = execute(config, run_dir, resume=bool(resume), backend=make_backend(config, run_dir, ray_address),
+                    progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None)
     click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
     header, rows = score_table(store)
     click.echo(table(rows, header))

@@ -4,7 +4,8 @@
   included. lm-eval 0.4.13 discovers third-party models only through its in-process registry (no entry points):
   call ``register()`` before ``simple_evaluate(model="evalsuite", ...)``, pass an ``EvalsuiteLM`` instance, or use
   the wrapper CLI ``python -m evalsuite.lmeval run --model evalsuite ...`` (same arguments as ``lm_eval``).
-- ``prepare_lm_eval_tasks`` (``evalsuite.lmeval.adapter``): lm-eval generate_until tasks as evalsuite tasks, so
+- ``LmEvalTask`` (``evalsuite.lmeval.adapter``): lm-eval generate_until tasks as evalsuite tasks (the task Registry
+  resolves ``lm_eval:<name>``), so
   ``evalsuite run --lm-eval-task NAME`` stores, compares and gates them like built-in tasks.
 - ``export_task`` (``evalsuite.lmeval.export``): an evalsuite task written out as an lm-eval task folder, scored
   by evalsuite's own ``Task.score`` (``evalsuite export-lm-eval``).

@@ -37,26 +37,41 @@ def config_version(lm_task: Any) -> str:
 
 
 class LmEvalTask(Task):
-    """One lm-eval generate_until task, its docs resolved up front (samples are fixed at construction)."""
+    """One lm-eval generate_until task, resolved by the task Registry from ``lm_eval:<name>``.
+
+    Parameters: ``include`` (a folder of lm-eval task YAMLs; without it lm-eval's own index is used) and
+    ``limit`` (build only the first N docs). The lm-eval task is loaded when samples are first asked for."""
 
     description = "lm-eval task"
+    default_params: dict[str, Any] = {"include": None, "limit": None}
 
-    def __init__(self, lm_task: Any, seed: int, limit: int | None = None) -> None:
+    def __init__(self, task_name: str) -> None:
+        self.task_name = task_name
+        self.name = PREFIX + task_name
+        self.version = "unloaded"
+        self.lm_task: Any = None
+        self.metric: str | None = None
+        self._docs: dict[str, dict] = {}
+        self._samples: list[Sample] = []
+        self._gen_kwargs: dict[str, Any] = {}
+
+    def _load(self, params: dict[str, Any], seed: int) -> None:
+        tasks = load_lm_eval_tasks([self.task_name], params["include"])
+        if len(tasks) != 1:
+            raise EvalsuiteError(f"lm-eval {self.task_name!r} expands to {len(tasks)} tasks; name them one by one: "
+                                 f"{', '.join(sorted(map(str, tasks)))}")
+        lm_task = next(iter(tasks.values()))
         if lm_task.OUTPUT_TYPE != "generate_until":
             raise EvalsuiteError(
                 f"lm-eval task {lm_task.config.task!r} is {lm_task.OUTPUT_TYPE}: evalsuite run takes generate_until "
                 "tasks only; run it with lm-eval and the evalsuite model (python -m evalsuite.lmeval)")
-        self.lm_task = lm_task
-        self.name = PREFIX + str(lm_task.config.task)
-        self.version = config_version(lm_task)
+        self.lm_task, self.version = lm_task, config_version(lm_task)
         metrics = list(getattr(lm_task, "_metric_fn_list", {}) or {})
         self.metric = metrics[0] if metrics else None
         self.binary = self.metric in BINARY_METRICS
-        self.default_params = {}
         lm_task.set_fewshot_seed(seed)
-        lm_task.build_all_requests(limit=limit, rank=0, world_size=1, cache_requests=False)
-        self._docs: dict[str, dict] = {}
-        self._samples: list[Sample] = []
+        lm_task.build_all_requests(limit=params["limit"], rank=0, world_size=1, cache_requests=False)
+        self._docs, self._samples = {}, []
         for inst in lm_task.instances:
             sid = f"doc{inst.doc_id}"
             self._docs[sid] = inst.doc
@@ -65,6 +80,12 @@ class LmEvalTask(Task):
         self._gen_kwargs = dict(lm_task.instances[0].args[1]) if lm_task.instances else {}
 
     def samples(self, params: dict[str, Any], seed: int) -> list[Sample]:
+        p = self.params(params)
+        if p["include"] is not None:
+            p["include"] = str(Path(p["include"]).expanduser().resolve())
+        self._load(p, seed)
+        if not self._samples:
+            raise EvalsuiteError(f"lm-eval task {self.name!r} has no docs")
         return list(self._samples)
 
     def gen_settings(self, params: dict[str, Any]) -> GenSettings:
@@ -88,8 +109,9 @@ class LmEvalTask(Task):
         metrics = self.lm_task.process_results(doc, [filtered])
         name = self.metric if self.metric in metrics else next(iter(metrics))
         value = float(metrics[name])
+        numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float, bool))}
         return Score(value=value, extracted=str(filtered)[:200], reason=f"{name}={value:g} (filter {key})",
-                     extra={k: _jsonable(v) for k, v in metrics.items()})
+                     metrics=numeric)
 
 
 def _jsonable(value: Any) -> Any:
@@ -114,19 +136,3 @@ def load_lm_eval_tasks(names: list[str], include: str | Path | None) -> dict[str
     except (OSError, ValueError, KeyError, ImportError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise EvalsuiteError(f"cannot load lm-eval task(s) {', '.join(names)}: {first}") from None
-
-
-def prepare_lm_eval_tasks(names: list[str], include: str | Path | None, seed: int, limit: int | None) -> list[Any]:
-    """PreparedTasks (for the runner) of lm-eval generate_until tasks; ``limit`` keeps the first N docs."""
-    from evalsuite.run.prepare import PreparedTask
-
-    prepared = []
-    for lm_task in load_lm_eval_tasks(names, include).values():
-        task = LmEvalTask(lm_task, seed=seed, limit=limit)
-        samples = task.samples({}, seed)
-        if not samples:
-            raise EvalsuiteError(f"lm-eval task {task.name!r} has no docs")
-        params = {"lm_eval_task": str(lm_task.config.task), "include": str(include) if include else None,
-                  "limit": limit}
-        prepared.append(PreparedTask(task, params, task.gen_settings(params), samples))
-    return prepared

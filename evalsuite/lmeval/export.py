@@ -105,7 +105,6 @@ def export_by_name(name: str, out_dir: Path, tokenizer: Any, seed: int = 1234, l
 
     if name.startswith("lm_eval:"):
         raise EvalsuiteError(f"{name!r} is already an lm-eval task")
-    config = RunConfig(model=model_name, tasks=[name], task_params={name: params or {}}, seed=seed, limit=limit,
-                       lm_eval_tasks=[])
+    config = RunConfig(model=model_name, tasks=[name], task_params={name: params or {}}, seed=seed, limit=limit)
     (task,) = prepare_tasks(config, default_registry())
     return export_task(task, tokenizer, out_dir, seed, model_name)

@@ -100,6 +100,31 @@ def wrap_model(model: Any, tokenizer: Any, name: str, source: str = "memory") ->
                        fingerprint=fingerprint(model), meta=meta)
 
 
+@dataclass(frozen=True)
+class ModelFactory:
+    """Picklable ``load_model(name, dtype)`` (what an in-process backend loads, here or in a Ray worker)."""
+
+    name: str = "default"
+    dtype: str = "bfloat16"
+
+    def __call__(self) -> LoadedModel:
+        offline()
+        return load_model(self.name, self.dtype)
+
+    def tokenizer(self) -> Any:
+        """Only the tokenizer (no weights), set up as ``load_model`` sets it."""
+        tok = load_tokenizer(self.name)
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        tok.padding_side = "left"
+        return tok
+
+    def max_positions(self) -> int | None:
+        from transformers import AutoConfig
+
+        return getattr(AutoConfig.from_pretrained(str(_resolve_source(self.name))), "max_position_embeddings", None)
+
+
 def offline() -> None:
     """Never reach the hub at run time (the suite runs on machines without network)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

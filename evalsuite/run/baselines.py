@@ -24,7 +24,7 @@ def library_versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for pkg in ("torch", "transformers", "optimum-quanto", "evalsuite"):
+    for pkg in LIBRARIES:
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -32,10 +32,20 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+#: run settings that change outputs (batch composition changes padding and numerics; dtype changes everything)
+RUN_KEYS = ("batch_size", "max_batch_tokens", "compute_dtype", "backend")
+LIBRARIES = ("torch", "transformers", "optimum-quanto", "evalsuite")
+
+
 def task_key(task: PreparedTask, seed: int) -> dict[str, Any]:
-    """Everything that must match for a stored baseline of this task to be reused."""
+    """Everything about a task that must match for its stored baseline to be reused."""
     return {"version": task.version, "params": task.params, "gen_settings": task.gen.to_dict(), "seed": seed,
             "sample_hashes": {s.id: s.content_hash() for s in task.samples}}
+
+
+def run_key(batch_size: int, settings: dict[str, Any]) -> dict[str, Any]:
+    """The run settings a stored baseline was generated with (see ``RUN_KEYS``)."""
+    return {k: v for k, v in {"batch_size": batch_size, **settings}.items() if k in RUN_KEYS}
 
 
 def save_baseline(root: Path, store: Store, tasks: list[PreparedTask], seed: int, baseline: str) -> Path:
@@ -52,6 +62,7 @@ def save_baseline(root: Path, store: Store, tasks: list[PreparedTask], seed: int
         tmp.replace(folder / f"{task.name}.jsonl")
         manifest["tasks"][task.name] = {**task_key(task, seed), "n": len(rows), "created": time.time()}
     manifest["libraries"] = library_versions()
+    manifest["run"] = run_key(store.config.get("batch_size", 0), meta.get("settings", {}))
     tmp = folder / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=1))
     tmp.replace(folder / MANIFEST)
@@ -63,8 +74,9 @@ def _read_manifest(folder: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def mismatch_reason(manifest: dict[str, Any], task: PreparedTask, seed: int) -> str | None:
-    """Why a stored baseline cannot stand in for this task (None if it can)."""
+def mismatch_reason(manifest: dict[str, Any], task: PreparedTask, seed: int,
+                    run: dict[str, Any] | None = None) -> str | None:
+    """Why a stored baseline cannot stand in for this task (None if it can); names the field that differs."""
     entry = manifest.get("tasks", {}).get(task.name)
     if entry is None:
         return f"no stored baseline for task {task.name!r}"
@@ -75,8 +87,12 @@ def mismatch_reason(manifest: dict[str, Any], task: PreparedTask, seed: int) -> 
     missing = [sid for sid, h in want["sample_hashes"].items() if entry["sample_hashes"].get(sid) != h]
     if missing:
         return f"task {task.name!r}: {len(missing)} samples missing or changed (e.g. {missing[0]})"
+    stored_run = manifest.get("run", {})
+    for key, value in (run or {}).items():
+        if stored_run.get(key) != value:
+            return f"{key} differs (stored {stored_run.get(key)!r}, now {value!r})"
     libs, now = manifest.get("libraries", {}), library_versions()
-    for pkg in ("torch", "transformers"):
+    for pkg in LIBRARIES:
         if libs.get(pkg) != now[pkg]:
             return f"{pkg} version differs (stored {libs.get(pkg)}, now {now[pkg]})"
     return None
@@ -89,15 +105,18 @@ class BaselineSource:
     root: Path
     fingerprint: str
     seed: int
+    batch_size: int
     strict: bool = False
     log: Callable[[str], None] = print
 
-    def import_into(self, store: Store, task: PreparedTask, name: str) -> bool:
-        """Copy the stored baseline samples of ``task`` into the run store; False when none is usable."""
+    def import_into(self, store: Store, task: PreparedTask, name: str, settings: dict[str, Any]) -> bool:
+        """Copy the stored baseline samples of ``task`` into the run store; False when none is usable.
+        ``settings`` are the backend's output-changing settings (``Backend.settings``)."""
         folder = Path(self.root) / self.fingerprint
         manifest = _read_manifest(folder)
+        run = run_key(self.batch_size, settings)
         reason = (f"no stored baseline for model fingerprint {self.fingerprint} under {self.root}"
-                  if manifest is None else mismatch_reason(manifest, task, self.seed))
+                  if manifest is None else mismatch_reason(manifest, task, self.seed, run))
         if reason is not None:
             if self.strict:
                 raise StoreMismatch(f"stored baseline refused: {reason}")

@@ -26,8 +26,6 @@ class RunConfig:
     kld: bool = True
     noise_floor: bool = False
     baselines_dir: str | None = None  # stored baselines to reuse (None = don't)
-    lm_eval_tasks: list[str] = field(default_factory=list)
-    lm_eval_include: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

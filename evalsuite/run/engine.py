@@ -126,11 +126,12 @@ def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, ca
     return work, out.logits[:, -1, :], mask
 
 
-def _pick(logits: torch.Tensor, gen: GenSettings, rng: torch.Generator | None) -> torch.Tensor:
-    if gen.temperature <= 0 or rng is None:
+def _pick(logits: torch.Tensor, gen: GenSettings, rngs: list[torch.Generator] | None) -> torch.Tensor:
+    """Greedy, or one sampled token per row, each row from its own generator (independent of batching)."""
+    if gen.temperature <= 0 or rngs is None:
         return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / gen.temperature, dim=-1)
-    return torch.multinomial(probs, 1, generator=rng).squeeze(-1)
+    probs = torch.softmax(logits.float() / gen.temperature, dim=-1).cpu()
+    return torch.cat([torch.multinomial(probs[j], 1, generator=g) for j, g in enumerate(rngs)])
 
 
 def _stopped(text_of: Callable[[list[int]], str], ids: list[int], stops: Sequence[str]) -> bool:
@@ -141,11 +142,14 @@ def _stopped(text_of: Callable[[list[int]], str], ids: list[int], stops: Sequenc
 
 @torch.no_grad()
 def decode(model: Any, tokenizer: Any, rows: Sequence[Sequence[int]], gen: GenSettings, prefix: Prefix | None,
-           cache: Any, stop_ids: set[int], seed: int = 0) -> list[Decoded]:
-    """Greedy (or seeded sampled) decoding of one batch; rows leave the batch as they finish."""
+           cache: Any, stop_ids: set[int], seed: int = 0, row_seeds: Sequence[int] | None = None
+           ) -> list[Decoded]:
+    """Greedy (or seeded sampled) decoding of one batch; rows leave the batch as they finish. Sampling draws
+    each row from its own generator: ``row_seeds`` (default ``seed + row``)."""
     start = time.perf_counter()
     cache, logits, mask = prefill(model, rows, prefix, cache, tokenizer.pad_token_id)
-    rng = torch.Generator().manual_seed(seed) if gen.temperature > 0 else None
+    seeds = list(row_seeds) if row_seeds is not None else [seed + r for r in range(len(rows))]
+    rngs = [torch.Generator().manual_seed(int(x)) for x in seeds] if gen.temperature > 0 else None
     out = [Decoded(ids=[]) for _ in rows]
     stamps = [start]
     live = list(range(len(rows)))
@@ -153,7 +157,7 @@ def decode(model: Any, tokenizer: Any, rows: Sequence[Sequence[int]], gen: GenSe
     stops = [s for s in gen.stop if s]
     text_of = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
     for _ in range(gen.max_new_tokens):
-        tok = _pick(logits, gen, rng).cpu()
+        tok = _pick(logits, gen, rngs).cpu()
         stamps.append(time.perf_counter())
         keep = []
         for j, row in enumerate(live):
@@ -170,6 +174,7 @@ def decode(model: Any, tokenizer: Any, rows: Sequence[Sequence[int]], gen: GenSe
             cache.reorder_cache(idx)
             mask, next_pos, tok = mask[idx], next_pos[idx], tok[keep]
             live = [live[j] for j in keep]
+            rngs = [rngs[j] for j in keep] if rngs is not None else None
         mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=-1)
         res = model(input_ids=tok[:, None].to(mask.device), attention_mask=mask, position_ids=next_pos[:, None],
                     cache=cache, use_cache=True)

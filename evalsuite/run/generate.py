@@ -60,12 +60,14 @@ def generate_batch(model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool
 
 
 def _generate_ids(model: Any, tokenizer: Any, ids: list[list[int]], gen: GenSettings,
-                  make_cache: Callable[[], Any] | None, seed: int, prefix: Prefix | None) -> list[Generation]:
+                  make_cache: Callable[[], Any] | None, seed: int, prefix: Prefix | None,
+                  row_seeds: Sequence[int] | None = None) -> list[Generation]:
     p = len(prefix.ids) if prefix else 0
     if prefix is not None and any(tuple(x[:p]) != prefix.ids or len(x) <= p for x in ids):
         raise ValueError("generate_batch: a prompt does not start with the shared prefix")
     cache = make_cache() if make_cache else None
-    rows = decode(model, tokenizer, [x[p:] for x in ids], gen, prefix, cache, _stop_ids(tokenizer), seed)
+    rows = decode(model, tokenizer, [x[p:] for x in ids], gen, prefix, cache, _stop_ids(tokenizer), seed,
+                  row_seeds)
     stamps = rows[0].stamps
     ttft = stamps[1] - stamps[0] if len(stamps) > 1 else None
     gaps = [b - a for a, b in zip(stamps[1:], stamps[2:])]
@@ -82,16 +84,21 @@ def _stop_ids(tokenizer: Any) -> set[int]:
 
 def iter_generate(model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]], gen: GenSettings,
                   make_cache: Callable[[], Any] | None = None, max_batch: int = 16,
-                  max_tokens: int = 24576, seed: int = 0, prefix_len: int | None = None
+                  max_tokens: int = 24576, seed: int = 0, prefix_len: int | None = None,
+                  row_seeds: Sequence[int] | None = None, group: int = 1
                   ) -> Iterator[tuple[list[int], list[Generation]]]:
     """Yield (indices, generations) batch by batch (length-sorted) so callers can store as they go.
 
     The prompts' common token prefix (``prefix_len`` tokens; computed from ``prompts`` when None) is encoded once
     and shared by every batch. Pass the whole task's value when generating a subset (resume, shards), so a
-    subset computes exactly what the full run computes.
+    subset computes exactly what the full run computes. ``group`` consecutive prompts (the n generations of one
+    sample) always share a batch; ``row_seeds`` seed each row's sampling.
     """
     ids = encode_prompts(tokenizer, prompts)
     p = common_prefix_len(ids) if prefix_len is None else prefix_len
     prefix = encode_prefix(model, ids[0][:p], make_cache() if make_cache else None) if p and ids else None
-    for idx in plan_batches([len(x) for x in ids], max_batch, max_tokens):
-        yield idx, _generate_ids(model, tokenizer, [ids[i] for i in idx], gen, make_cache, seed, prefix)
+    heads = list(range(0, len(ids), group))
+    for idx in plan_batches([len(ids[h]) for h in heads], max(1, max_batch // group), max(1, max_tokens // group)):
+        rows = [heads[j] + r for j in idx for r in range(group)]
+        seeds = [row_seeds[r] for r in rows] if row_seeds is not None else None
+        yield rows, _generate_ids(model, tokenizer, [ids[r] for r in rows], gen, make_cache, seed, prefix, seeds)

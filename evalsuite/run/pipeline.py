@@ -7,44 +7,41 @@ from pathlib import Path
 from typing import Callable
 
 from evalsuite.errors import EvalsuiteError
+from evalsuite.run.backend import Backend
 from evalsuite.run.config import RunConfig
+from evalsuite.run.runner import Runner
 from evalsuite.run.store import Store
+from evalsuite.tasks.registry import Registry
 
 
 def new_run_id() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S")
 
 
-def execute(config: RunConfig, run_dir: Path, resume: bool, progress: bool = True,
+def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, progress: bool = True,
             log: Callable[[str], None] = print, baselines: Path | None = None,
-            strict_baseline: bool = False, ray_address: str | None = None) -> Store:
-    """Load the model once, prepare identical samples, run baseline then variants into the run's store."""
-    if config.model.startswith("openai:"):  # an OpenAI-compatible server (evalsuite.scale.endpoint)
-        from evalsuite.scale.endpoint_run import execute_endpoint
+            strict_baseline: bool = False, registry: Registry | None = None) -> Store:
+    """Prepare identical samples, load the model once, run baseline then variants into the run's store.
 
-        return execute_endpoint(config, run_dir, resume, progress=progress, log=log)
-    from evalsuite.models import load_model, offline
-    from evalsuite.run.prepare import prepare_tasks, prepare_variants
-    from evalsuite.run.runner import Runner
+    Everything that can be refused (variant specs, task names and parameters) is checked before the model
+    loads or anything is written. ``backend`` is chosen by the caller (``evalsuite.cli.backends``)."""
+    from evalsuite.run.prepare import prepare_tasks
     from evalsuite.tasks.registry import default_registry
 
-    offline()
-    if ray_address is not None:  # (variant x task x shard) units on Ray; this process still writes the store
-        from evalsuite.scale.ray_driver import execute_ray
+    variants = backend.variants(config.variants)
+    tasks = prepare_tasks(config, registry or default_registry(), backend.task_context())
+    try:
+        identity = backend.load()
+        store = Store.open(run_dir) if resume else Store.create(run_dir, config.to_dict())
+        source = None
+        if baselines is not None:
+            from evalsuite.run.baselines import BaselineSource
 
-        return execute_ray(config, run_dir, resume, address=ray_address, progress=progress, log=log,
-                           baselines=baselines, strict_baseline=strict_baseline)
-    specs = prepare_variants(config)  # bad specs fail before anything loads or is written
-    tasks = prepare_tasks(config, default_registry())
-    base = load_model(config.model, config.dtype)
-    store = Store.open(run_dir) if resume else Store.create(run_dir, config.to_dict())
-    source = None
-    if baselines is not None:
-        from evalsuite.run.baselines import BaselineSource
-
-        source = BaselineSource(baselines, base.fingerprint, config.seed, strict=strict_baseline, log=log)
-    runner = Runner(config, base, tasks, store, progress=progress, log=log, baseline_source=source)
-    runner.run(specs)
+            source = BaselineSource(baselines, identity.fingerprint, config.seed, config.batch_size,
+                                    strict=strict_baseline, log=log)
+        Runner(config, backend, tasks, store, progress=progress, log=log, baseline_source=source).run(variants)
+    finally:
+        backend.close()
     store.set_meta({"finished": time.time()})
     return store
 

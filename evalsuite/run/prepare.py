@@ -6,7 +6,7 @@ from typing import Any
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.run.config import BASELINE, RunConfig
-from evalsuite.tasks.base import GenSettings, Sample, Task
+from evalsuite.tasks.base import GenSettings, Sample, Task, TaskContext
 from evalsuite.tasks.registry import Registry
 from evalsuite.variants.spec import VariantSpec, parse_variant, variant_from_dict
 
@@ -38,15 +38,18 @@ def spread_limit(samples: list[Sample], limit: int | None) -> list[Sample]:
     return [samples[int(i * step)] for i in range(limit)]
 
 
-def prepare_tasks(config: RunConfig, registry: Registry) -> list[PreparedTask]:
-    """Instantiate tasks, merge YAML params and CLI overrides, make samples from the run's seed."""
+def prepare_tasks(config: RunConfig, registry: Registry, context: TaskContext | None = None) -> list[PreparedTask]:
+    """Instantiate tasks, merge YAML params and CLI overrides, make samples from the run's seed. ``context``
+    (the model's token counter and window, when known) is handed to every task before it makes samples."""
     from evalsuite.tasks.params import load_task_params
 
-    if not config.tasks and not config.lm_eval_tasks:
+    if not config.tasks:
         raise EvalsuiteError("no tasks given")
     prepared = []
     for name in config.tasks:
         task = registry.get(name)
+        if context is not None:
+            task.context = context
         overrides = {**load_task_params(name), **config.task_params.get(name, {})}
         params = task.params(overrides)
         samples = task.samples(params, config.seed)
@@ -57,16 +60,12 @@ def prepare_tasks(config: RunConfig, registry: Registry) -> list[PreparedTask]:
         if not samples:
             raise EvalsuiteError(f"task {name!r} produced no samples with these parameters")
         prepared.append(PreparedTask(task, params, task.gen_settings(params), samples))
-    if config.lm_eval_tasks:  # lm-eval generate_until tasks, as "lm_eval:<name>" tasks
-        from evalsuite.lmeval.adapter import prepare_lm_eval_tasks
-
-        prepared += prepare_lm_eval_tasks(config.lm_eval_tasks, config.lm_eval_include, config.seed, config.limit)
     return prepared
 
 
-def prepare_variants(config: RunConfig) -> list[VariantSpec]:
-    """Baseline first (added if missing), then the variants in the order given."""
-    specs = [variant_from_dict(v) if isinstance(v, dict) else parse_variant(v) for v in config.variants]
+def prepare_variants(requested: list[Any]) -> list[VariantSpec]:
+    """Baseline first (added if missing), then the variants in the order given (spec strings or YAML dicts)."""
+    specs = [variant_from_dict(v) if isinstance(v, dict) else parse_variant(v) for v in requested]
     names = [s.name for s in specs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

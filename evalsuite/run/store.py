@@ -10,24 +10,26 @@ from typing import Any, Iterable
 from evalsuite.errors import EvalsuiteError, StoreMismatch
 from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: per-sample metrics and the n outputs of pass@k tasks
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS variants (variant TEXT PRIMARY KEY, info TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS samples (
   variant TEXT, task TEXT, task_version TEXT, sample_id TEXT, prompt_hash TEXT, prompt TEXT, output TEXT,
   score REAL, extracted TEXT, reason TEXT, metadata TEXT, n_tokens INTEGER, ttft_s REAL, itl_s REAL,
-  created REAL, PRIMARY KEY (variant, task, sample_id));
+  metrics TEXT, outputs TEXT, created REAL, PRIMARY KEY (variant, task, sample_id));
 CREATE TABLE IF NOT EXISTS kld (
   variant TEXT, task TEXT, sample_id TEXT, token_kld TEXT, top1_agree INTEGER, n_tokens INTEGER,
   PRIMARY KEY (variant, task, sample_id));
 """
 _SAMPLE_COLS = ("variant", "task", "task_version", "sample_id", "prompt_hash", "prompt", "output", "score",
-                "extracted", "reason", "metadata", "n_tokens", "ttft_s", "itl_s")
+                "extracted", "reason", "metadata", "n_tokens", "ttft_s", "itl_s", "metrics", "outputs")
+_JSON_COLS = ("metadata", "metrics", "outputs")
 
 
 class Store:
-    """A run's results. Writes are transactional per batch, so a crash (even kill -9) loses at most a batch."""
+    """A run's results. Writes are transactional per batch: a crash (even kill -9) loses the batch in flight,
+    which a resumed run generates again; nothing committed is lost or repeated."""
 
     FILENAME = "store.sqlite"
 
@@ -86,7 +88,7 @@ class Store:
     # -- samples ----------------------------------------------------------------------------------------
     def put_samples(self, results: Iterable[SampleResult]) -> None:
         """Commit a batch atomically; a sample already stored is a programming error (never stored twice)."""
-        rows = [tuple(json.dumps(r.metadata) if c == "metadata" else getattr(r, c) for c in _SAMPLE_COLS)
+        rows = [tuple(json.dumps(getattr(r, c)) if c in _JSON_COLS else getattr(r, c) for c in _SAMPLE_COLS)
                 + (time.time(),) for r in results]
         with self.conn:
             self.conn.executemany(f"INSERT INTO samples ({','.join(_SAMPLE_COLS)}, created) VALUES "
@@ -105,7 +107,8 @@ class Store:
         out = []
         for row in self.conn.execute(sql + " ORDER BY variant, task, sample_id", args):
             d = dict(zip(_SAMPLE_COLS, row))
-            d["metadata"] = json.loads(d["metadata"])
+            d.update({c: json.loads(d[c]) for c in _JSON_COLS})
+            d["outputs"] = tuple(d["outputs"])
             out.append(SampleResult(**d))
         return out
 

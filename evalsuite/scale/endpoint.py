@@ -159,26 +159,28 @@ def parse_logprobs(lp: Any) -> tuple[tuple[str, float, tuple[tuple[str, float], 
 
 
 @dataclass
-class EndpointBackend:
-    """``generate(samples, gen)`` yields (indices, generations) as groups of requests complete."""
+class EndpointPool:
+    """``generate(samples, gen, seeds)`` yields (indices, [generation per seed]) as groups of samples complete."""
 
     client: EndpointClient
     concurrency: int = 4
     top_k: int = 0  # >0: ask for top-k logprobs (for the approximate KLD)
-    seed: int = 0
 
     @property
     def name(self) -> str:
         return self.client.spec.name
 
-    def generate(self, samples: Sequence[Sample], gen: GenSettings,
-                 group: int | None = None) -> Iterator[tuple[list[int], list[EndpointGeneration]]]:
-        """Bounded concurrency; each yielded group (default: ``concurrency`` results) can be stored at once."""
+    def _sample(self, sample: Sample, gen: GenSettings, seeds: Sequence[int]) -> list[EndpointGeneration]:
+        return [self.client.generate_one(sample, gen, self.top_k, seed) for seed in seeds]
+
+    def generate(self, samples: Sequence[Sample], gen: GenSettings, seeds: Sequence[Sequence[int]],
+                 group: int | None = None) -> Iterator[tuple[list[int], list[list[EndpointGeneration]]]]:
+        """Bounded concurrency; one request per seed of a sample (``n`` for pass@k); each yielded group
+        (default: ``concurrency`` samples) can be stored at once."""
         group = group or self.concurrency
-        done: list[tuple[int, EndpointGeneration]] = []
+        done: list[tuple[int, list[EndpointGeneration]]] = []
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"ep-{self.name}") as pool:
-            pending = {pool.submit(self.client.generate_one, s, gen, self.top_k, self.seed): i
-                       for i, s in enumerate(samples)}
+            pending = {pool.submit(self._sample, s, gen, seeds[i]): i for i, s in enumerate(samples)}
             try:
                 while pending:
                     finished, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -5,7 +5,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
@@ -60,14 +60,31 @@ class Score:
     metrics: dict[str, Any] = field(default_factory=dict)  # numbers (gateable), bools, short strings
 
 
+@dataclass(frozen=True)
+class TaskContext:
+    """What a task may know about the model it runs on, to size prompts in that model's own tokens.
+
+    ``count_tokens(sample)`` is the length of the sample's prompt as the model will see it (chat template
+    included); ``max_positions()`` the model's context window. Either is None when unknown (e.g. a served
+    model). Both are callables so that nothing is loaded unless a task asks.
+    """
+
+    count_tokens: Callable[[Sample], int] | None = None
+    max_positions: Callable[[], int | None] | None = None
+    model_name: str = "the model"
+
+
 class Task(ABC):
-    """Base class for task plugins. Subclasses set ``name``, ``version``, ``default_params``."""
+    """Base class for task plugins. Subclasses set ``name``, ``version``, ``default_params``.
+
+    Before ``samples`` is called the runner sets ``context`` (a TaskContext) when it knows the model."""
 
     name: str = ""
     version: str = "1"
     description: str = ""
     binary: bool = True  # scores are 0/1 (enables flips / McNemar)
     default_params: dict[str, Any] = {}
+    context: TaskContext = TaskContext()
 
     def params(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """Defaults merged with overrides; unknown keys are an error."""

@@ -144,5 +144,7 @@ class CodeTask(Task):
         n, c = len(scores), sum(int(s.value) for s in scores)
         k = min(int(sample.target["k"]), n)
         value = float(estimate_pass_at_k(n, [c], k)[0])
+        statuses = [s.metrics["status"] for s in scores]
         return Score(value=value, extracted=scores[0].extracted, reason=f"{c}/{n} passed; pass@{k}={value:.3f}",
-                     metrics={"n": n, "correct": c, "k": k, "statuses": [s.metrics["status"] for s in scores]})
+                     metrics={"pass@1": c / n, f"pass@{k}": value, "n": n, "correct": c, "k": k,
+                              "timeouts": statuses.count("timeout")})

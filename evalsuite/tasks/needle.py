@@ -4,7 +4,11 @@ Kinds: ``single`` (one needle), ``multi_key`` (the needle plus distractor needle
 ``multi_value`` (one key with several values, all must come back), ``multi_query`` (several keys asked, all
 must come back) and ``variable_tracking`` (a chain ``VAR A = 12345``, ``VAR B = VAR A`` ...; name every
 variable holding the value). Samples form a grid kind x context_len x depth; ``context_len`` is the prompt
-length in tokens of the embedded model (estimated without a tokenizer, calibrated to within ~10%).
+length in tokens *of the model under test*: when the runner knows the model (``Task.context``), each prompt is
+measured with its own tokenizer and chat template and its haystack resized until the count is within 1% (at
+least 8 tokens) of ``context_len``; the measured count is kept as the sample's ``prompt_tokens`` metric, and a
+prompt that cannot fit the model's window with its answer is a one-line error. Without a model (a served model)
+the length is a tokenizer-free estimate calibrated on SmolLM2 (~10%).
 """
 from __future__ import annotations
 
@@ -90,12 +94,13 @@ def _build_tracking(rng: random.Random, depth: float, p: dict[str, Any]) -> Buil
 
 
 def build_sample(kind: str, vtype: str, context_len: int, depth: float, rng: random.Random,
-                 p: dict[str, Any]) -> tuple[str, Built]:
-    """The user message (intro, haystack with needles, question) sized to about ``context_len`` tokens."""
+                 p: dict[str, Any], adjust: float = 0.0) -> tuple[str, Built]:
+    """The user message (intro, haystack with needles, question) sized to about ``context_len`` tokens
+    (``adjust`` tokens more haystack than the estimate asks for: the measured correction)."""
     built = _build_tracking(rng, depth, p) if kind == "variable_tracking" else _build_keyed(
         kind, rng, vtype, depth, p)
     fixed = " ".join([SYSTEM, built.intro, built.question] + [t for _, t in built.needles])
-    budget = context_len - nt.TEMPLATE_TOKENS - nt.estimate_tokens(fixed) - len(built.needles) - 4
+    budget = context_len - nt.TEMPLATE_TOKENS - nt.estimate_tokens(fixed) - len(built.needles) - 4 + adjust
     if budget < 32:
         raise EvalsuiteError(f"task 'needle': context_len {context_len} is too small for kind {kind!r} "
                              f"(needs at least {context_len - int(budget) + 32})")
@@ -142,7 +147,7 @@ class NeedleTask(Task):
     """Needle-in-a-haystack retrieval (RULER-spirited); binary score per sample."""
 
     name = "needle"
-    version = "1"
+    version = "2"  # 2: prompts sized with the model's own tokenizer
     description = "synthetic long-context retrieval: needles, multi-key/value/query, variable tracking"
     binary = True
     default_params: dict[str, Any] = {
@@ -176,13 +181,32 @@ class NeedleTask(Task):
 
     def _sample(self, kind: str, vtype: str, ctx: int, depth: float, rep: int, seed: int,
                 p: dict[str, Any]) -> Sample:
+        """One prompt, resized with the model's token counter (when known) until it holds ``ctx`` tokens."""
         sid = f"{kind}-{vtype}/ctx{ctx}/d{depth:.2f}/{rep}"
-        rng = random.Random(f"needle/{seed}/{sid}")
-        user, built = build_sample(kind, vtype, ctx, depth, rng, p)
-        meta = {"kind": kind, "context_len": ctx, "depth": depth, "value_type": vtype,
-                "n_values": len(built.values)}
-        return Sample(id=sid, messages=({"role": "system", "content": SYSTEM}, {"role": "user", "content": user}),
-                      target={"values": built.values, "distractors": built.distractors}, metadata=meta)
+        count, adjust, measured = self.context.count_tokens, 0.0, None
+        for _ in range(6):
+            user, built = build_sample(kind, vtype, ctx, depth, random.Random(f"needle/{seed}/{sid}"), p, adjust)
+            meta = {"kind": kind, "context_len": ctx, "depth": depth, "value_type": vtype,
+                    "n_values": len(built.values)}
+            target = {"values": built.values, "distractors": built.distractors}
+            messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+            if count is None:
+                break
+            measured = count(Sample(id=sid, messages=messages, target=target))
+            if abs(measured - ctx) <= max(8, ctx // 100):
+                break
+            adjust += (ctx - measured) * 0.98
+        if measured is not None:
+            target["prompt_tokens"] = measured
+            self._check_window(ctx, measured, p)
+        return Sample(id=sid, messages=messages, target=target, metadata=meta)
+
+    def _check_window(self, ctx: int, measured: int, p: dict[str, Any]) -> None:
+        window = self.context.max_positions() if self.context.max_positions else None
+        if window and measured + p["max_new_tokens"] > window:
+            raise EvalsuiteError(f"task 'needle': context_len {ctx} needs {measured} prompt tokens + "
+                                 f"{p['max_new_tokens']} answer tokens, more than {self.context.model_name}'s "
+                                 f"{window}-token window")
 
     def gen_settings(self, params: dict[str, Any]) -> GenSettings:
         return GenSettings(max_new_tokens=int(self.params(params)["max_new_tokens"]))
@@ -199,5 +223,7 @@ class NeedleTask(Task):
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + (
             [f"returned distractor(s) {', '.join(wrong)}"] if wrong else [])
         reason = "; ".join(problems) or f"found all {len(values)} value(s)"
-        return Score(value=1.0 if ok else 0.0, extracted=", ".join(found) or None, reason=reason,
-                     metrics={"fraction": fraction, "distractors": len(wrong)})
+        metrics: dict[str, Any] = {"fraction": fraction, "distractors": len(wrong)}
+        if "prompt_tokens" in sample.target:
+            metrics["prompt_tokens"] = sample.target["prompt_tokens"]
+        return Score(value=1.0 if ok else 0.0, extracted=", ".join(found) or None, reason=reason, metrics=metrics)

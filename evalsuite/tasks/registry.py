@@ -19,6 +19,13 @@ BUILTIN_TASKS: dict[str, str] = {
     "json": "evalsuite.tasks.json_task:JsonTask",
 }
 
+#: Task-name prefixes resolved on demand: ``lm_eval:<name>`` is lm-eval's task <name> (``--param
+#: lm_eval:<name>.include=DIR`` points at a folder of task YAMLs). "prefix" -> "module:attribute" of a factory
+#: taking the rest of the name.
+BUILTIN_RESOLVERS: dict[str, str] = {
+    "lm_eval:": "evalsuite.lmeval.adapter:LmEvalTask",
+}
+
 
 def _load_ref(ref: str) -> Callable[[], Task]:
     module, _, attr = ref.partition(":")
@@ -45,7 +52,15 @@ class Registry:
         return self._origin[name]
 
     def get(self, name: str) -> Task:
-        """Instantiate a task; an unknown name gets the nearest valid names."""
+        """Instantiate a task (a registered name, or a resolver prefix such as ``lm_eval:``); an unknown name
+        gets the nearest valid names."""
+        prefix = next((p for p in BUILTIN_RESOLVERS if name.startswith(p)), None)
+        if prefix is not None and name not in self._factories:
+            rest = name[len(prefix):].strip()
+            if not rest:
+                raise EvalsuiteError(f"task {name!r}: name the task after {prefix!r}")
+            task = _load_ref(BUILTIN_RESOLVERS[prefix])(rest)
+            return task
         if name not in self._factories:
             near = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(near)}?" if near else ""

@@ -11,8 +11,7 @@ import yaml
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.run.config import RunConfig
-from evalsuite.run.prepare import PreparedTask, prepare_variants
-from evalsuite.run.runner import Runner
+from evalsuite.run.prepare import PreparedTask
 from evalsuite.run.store import Store
 from evalsuite.variants.build import build_variant
 from evalsuite.variants.spec import parse_variant
@@ -40,17 +39,20 @@ def tiny32(tokenizer):
 
 
 def _lm_eval_task(name="arith_qa", limit=None, seed=1234) -> PreparedTask:
-    from evalsuite.lmeval.adapter import prepare_lm_eval_tasks
+    """``lm_eval:<name>`` through the task Registry, as `evalsuite run --lm-eval-task` prepares it."""
+    from evalsuite.run.prepare import prepare_tasks
+    from evalsuite.tasks.registry import default_registry
 
-    (task,) = prepare_lm_eval_tasks([name], LMEVAL_DIR, seed, limit)
+    key = f"lm_eval:{name}"
+    config = RunConfig(tasks=[key], task_params={key: {"include": str(LMEVAL_DIR), "limit": limit}}, seed=seed)
+    (task,) = prepare_tasks(config, default_registry())
     return task
 
 
 def _run(base, tasks, tmp_path, variants=("bf16", KV), batch_size=2) -> Store:
-    config = RunConfig(model=base.name, variants=list(variants), tasks=[], batch_size=batch_size, kld=False)
-    store = Store.create(tmp_path / "run", config.to_dict())
-    Runner(config, base, tasks, store, progress=False, log=lambda s: None).run(prepare_variants(config))
-    return store
+    from tests.conftest import run_model
+
+    return run_model(base, tmp_path / "run", variants, tasks=tasks, batch_size=batch_size, kld=False)
 
 
 def _simple_evaluate(lm, include: Path, task: str, limit=None) -> list[dict]:
@@ -94,12 +96,7 @@ def test_non_generate_and_unknown_lm_eval_tasks_are_one_line_errors():
 
 
 def test_prepare_tasks_adds_lm_eval_tasks():
-    pytest.importorskip("evalsuite.tasks.params")
-    from evalsuite.run.prepare import prepare_tasks
-    from evalsuite.tasks.registry import default_registry
-
-    config = RunConfig(tasks=[], lm_eval_tasks=["arith_qa"], lm_eval_include=str(LMEVAL_DIR), limit=3)
-    (task,) = prepare_tasks(config, default_registry())
+    task = _lm_eval_task(limit=3)
     assert task.name == "lm_eval:arith_qa" and [s.id for s in task.samples] == ["doc0", "doc1", "doc2"]
 
 

@@ -49,21 +49,17 @@ def test_export_cli_bad_input_is_one_line_exit_2(monkeypatch, capsys, tmp_path, 
 def test_lm_eval_cli_wrapper_matches_evalsuite_run_on_embedded_model(embedded, monkeypatch, tmp_path):
     """`python -m evalsuite.lmeval run --model evalsuite --model_args variant=KV ...` (the model loaded from its
     name) gives the outputs and scores that `evalsuite run` stores for that KV variant."""
-    import evalsuite.run.runner as runner_mod
-    from evalsuite.lmeval.adapter import prepare_lm_eval_tasks
     from evalsuite.lmeval.harness import main
     from evalsuite.run.config import RunConfig
-    from evalsuite.run.prepare import prepare_variants
-    from evalsuite.run.store import Store
+    from evalsuite.run.prepare import prepare_tasks
+    from evalsuite.tasks.registry import default_registry
+    from tests.conftest import run_model
 
-    # the runner's KV-bytes probe (a 640-token prefill per variant) is not what this test checks
-    monkeypatch.setattr(runner_mod, "measure_kv_bytes_per_token", lambda variant: 0.0)
     spec = "kv4g32r16"
-    tasks = prepare_lm_eval_tasks(["arith_qa"], LMEVAL_DIR, 1234, 3)
-    config = RunConfig(variants=["bf16", spec], tasks=[], batch_size=3, kld=False)
-    store = Store.create(tmp_path / "run", config.to_dict())
-    runner_mod.Runner(config, embedded, tasks, store, progress=False, log=lambda s: None).run(
-        prepare_variants(config))
+    key = "lm_eval:arith_qa"
+    config = RunConfig(tasks=[key], task_params={key: {"include": str(LMEVAL_DIR), "limit": 3}})
+    tasks = prepare_tasks(config, default_registry())
+    store = run_model(embedded, tmp_path / "run", ("bf16", spec), tasks=tasks, batch_size=3, kld=False)
     assert sum(r.score for r in store.samples("bf16")) >= 1  # the real model gets some sums right
     monkeypatch.setattr(sys, "argv", [
         "lm-eval", "run", "--model", "evalsuite", "--model_args", f"variant={spec},batch_size=3",

@@ -6,11 +6,7 @@ import pytest
 from evalsuite.errors import EvalsuiteError
 from evalsuite.gate.store_gate import gate_store
 from evalsuite.report.ablation import ablation_points, expand_sweep, write_ablation
-from evalsuite.run.config import RunConfig
-from evalsuite.run.prepare import PreparedTask, prepare_variants
-from evalsuite.run.runner import Runner
-from evalsuite.run.store import Store
-from tests.toytask import CopyTask
+from tests.conftest import prepared, run_model
 
 
 def test_expand_sweep():
@@ -21,13 +17,8 @@ def test_expand_sweep():
 
 
 def test_ablation_on_tiny_model(tiny, tmp_path):
-    task = CopyTask()
-    params = task.params({"n": 4, "stop_at_newline": False})
-    prepared = [PreparedTask(task, params, task.gen_settings(params), task.samples(params, 0))]
     variants = ["bf16"] + expand_sweep("w4g{32,64}") + expand_sweep("kv{4,2}g16r16pq")
-    config = RunConfig(model="tiny", variants=variants, tasks=["copy"], batch_size=4)
-    store = Store.create(tmp_path / "abl", config.to_dict())
-    Runner(config, tiny, prepared, store, progress=False, log=lambda s: None).run(prepare_variants(config))
+    store = run_model(tiny, tmp_path / "abl", variants, tasks=prepared(n=4, seed=0, stop_at_newline=False))
     points = ablation_points(gate_store(store), store.variant_infos())
     by = {(p.variant, p.axis): p for p in points}
     assert by[("w4g32", "weight_bytes")].bytes > by[("w4g64", "weight_bytes")].bytes

@@ -121,12 +121,19 @@ def _config(servers, **kw):
                                   "json": {"n": 3, "max_new_tokens": 96}}, **kw)
 
 
+def execute_endpoint(config, run_dir, resume):
+    """What `evalsuite run --model openai:...` does."""
+    from evalsuite.cli.backends import make_backend
+    from evalsuite.run.pipeline import execute
+
+    return execute(config, run_dir, resume, make_backend(config, run_dir), progress=False, log=lambda s: None)
+
+
 @pytest.mark.slow
 def test_llama_server_kv_gate(servers, tmp_path):
     from evalsuite.gate.store_gate import gate_store
-    from evalsuite.scale.endpoint_run import execute_endpoint
 
-    store = execute_endpoint(_config(servers), tmp_path / "run", resume=False, progress=False, log=lambda s: None)
+    store = execute_endpoint(_config(servers), tmp_path / "run", resume=False)
     ids = {v: sorted((r.task, r.sample_id) for r in store.samples(v)) for v in ("f16", "q8_0", "q4_0")}
     assert ids["f16"] == ids["q8_0"] == ids["q4_0"] and len(ids["f16"]) == 6
     base = store.samples("f16")
@@ -139,18 +146,16 @@ def test_llama_server_kv_gate(servers, tmp_path):
     assert set(gated.gate.variant_verdicts) == {"q8_0", "q4_0"}
     assert set(gated.gate.variant_verdicts.values()) <= {"PASS", "FAIL", "INCONCLUSIVE"}
     # resume: nothing is regenerated or duplicated, and greedy outputs are stable across a second pass
-    store2 = execute_endpoint(_config(servers), tmp_path / "run", resume=True, progress=False, log=lambda s: None)
+    store2 = execute_endpoint(_config(servers), tmp_path / "run", resume=True)
     assert len(store2.samples()) == 18 and len(store2.kld("q4_0")) == 6
 
 
 @pytest.mark.slow
 def test_llama_server_reruns_same_samples(servers, tmp_path):
-    from evalsuite.scale.endpoint_run import execute_endpoint
-
     cfg = _config(servers, kld=False)
     cfg.variants, cfg.tasks = [], ["json"]
-    a = execute_endpoint(cfg, tmp_path / "a", resume=False, progress=False, log=lambda s: None)
-    b = execute_endpoint(cfg, tmp_path / "b", resume=False, progress=False, log=lambda s: None)
+    a = execute_endpoint(cfg, tmp_path / "a", resume=False)
+    b = execute_endpoint(cfg, tmp_path / "b", resume=False)
     # llama.cpp's server is not bitwise reproducible run to run (its prompt cache reuses a previous request's
     # K/V, and threaded matmuls), so two greedy runs may differ in text: the noise floor exists for this.
     # What must hold: the same samples, prompts and server fingerprint, and a complete store each time.

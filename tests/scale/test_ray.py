@@ -11,10 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.run.config import RunConfig
-from evalsuite.run.prepare import PreparedTask, prepare_variants
-from evalsuite.run.runner import Runner
-from evalsuite.run.store import Store
+from tests.conftest import prepared, run_model
 from tests.toytask import CopyTask
 
 VARIANTS = ["bf16", "w8", "kv4g32r16"]
@@ -50,30 +47,25 @@ class CrashOnceTask(CopyTask):
         return super().score(sample, output)
 
 
-def _prepared(task):
-    params = task.params({"n": 6})
-    return [PreparedTask(task, params, task.gen_settings(params), task.samples(params, 1))]
-
-
 def test_nothing_imports_ray_without_flag():
-    code = ("import sys, evalsuite.run.pipeline, evalsuite.run.runner, evalsuite.cli.run_cmd; "
-            "assert 'ray' not in sys.modules")
+    code = ("import sys, evalsuite.run.pipeline, evalsuite.run.runner, evalsuite.cli.run_cmd, evalsuite.cli.backends; "
+            "assert 'ray' not in sys.modules and not any(m.startswith('evalsuite.scale') for m in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (pip install '.[ray]')")
 def test_ray_matches_in_process_and_survives_killed_worker(tmp_path):
-    from evalsuite.scale.ray_driver import execute_ray
+    from evalsuite.scale.ray_backend import RayBackend
 
-    config = RunConfig(model="tiny", variants=VARIANTS, tasks=["copy"], batch_size=8, kld=True)
-    ref = Store.create(tmp_path / "ref", config.to_dict())
-    Runner(config, TinyFactory()(), _prepared(CopyTask()), ref, progress=False,
-           log=lambda s: None).run(prepare_variants(config))
-
+    ref = run_model(TinyFactory()(), tmp_path / "ref", VARIANTS, batch_size=8)
     marker = tmp_path / "killed-once"
-    store = execute_ray(config, tmp_path / "ray", resume=False, num_cpus=2, progress=False, log=lambda s: None,
-                        factory=TinyFactory(), tasks=_prepared(CrashOnceTask(str(marker))))
+    backend = RayBackend(TinyFactory(), num_cpus=2)
+    try:
+        store = run_model(None, tmp_path / "ray", VARIANTS, tasks=prepared(CrashOnceTask(str(marker))),
+                          batch_size=8, backend=backend)
+    finally:
+        backend.close()
     assert marker.exists()  # a worker really died mid-run
     for v in VARIANTS:
         got, want = store.samples(v), ref.samples(v)

@@ -26,17 +26,9 @@ def plugin_on_path(tmp_path, monkeypatch):
 def test_plugin_is_discovered_and_runs(plugin_on_path, tiny, tmp_path):
     reg = default_registry()
     assert "acme_copy" in reg.names() and reg.origin("acme_copy").startswith("plugin")
-    task = reg.get("acme_copy")
-    from evalsuite.run.config import RunConfig
-    from evalsuite.run.prepare import PreparedTask, prepare_variants
-    from evalsuite.run.runner import Runner
-    from evalsuite.run.store import Store
+    from tests.conftest import prepared, run_model
 
-    params = task.params({"n": 3})
-    prepared = [PreparedTask(task, params, task.gen_settings(params), task.samples(params, 0))]
-    config = RunConfig(model="tiny", variants=["bf16"], tasks=["acme_copy"], kld=False)
-    store = Store.create(tmp_path / "run", config.to_dict())
-    Runner(config, tiny, prepared, store, progress=False).run(prepare_variants(config))
+    store = run_model(tiny, tmp_path / "run", tasks=prepared(reg.get("acme_copy"), n=3, seed=0), kld=False)
     assert {r.task for r in store.samples()} == {"acme_copy"} and len(store.samples()) == 3
 
 
@@ -54,3 +46,11 @@ def test_builtins_listed_and_duplicates_refused():
         r.register("x", lambda: None)
     with pytest.raises(EvalsuiteError, match="did not produce a Task"):
         r.get("x")
+
+
+def test_lm_eval_prefix_resolves_through_the_registry():
+    reg = default_registry(plugins=False)
+    with pytest.raises(EvalsuiteError, match="name the task"):
+        reg.get("lm_eval:")
+    task = reg.get("lm_eval:arith_qa")
+    assert task.name == "lm_eval:arith_qa" and set(task.default_params) == {"include", "limit"}

@@ -1,0 +1,27 @@
+"""Choosing the backend for a run (above ``run``: the run package never imports ``scale``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from evalsuite.run.backend import Backend
+from evalsuite.run.config import RunConfig
+
+
+def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = None) -> Backend:
+    """An endpoint backend for an ``openai:`` model, Ray fan-out with ``--ray``, else in-process.
+
+    Constructing a backend loads nothing: the model loads (or servers are probed) when the run starts."""
+    from evalsuite.models.loader import ModelFactory
+
+    if config.model.strip().lower().startswith("openai:"):
+        from evalsuite.scale.endpoint_backend import EndpointBackend
+
+        return EndpointBackend(config.model, workdir=run_dir, seed=config.seed, top_k=5 if config.kld else 0)
+    factory = ModelFactory(config.model, config.dtype)
+    if ray_address is not None:
+        from evalsuite.scale.ray_backend import RayBackend
+
+        return RayBackend(factory, address=ray_address, seed=config.seed, max_batch_tokens=config.max_batch_tokens)
+    from evalsuite.run.inprocess import InProcessBackend
+
+    return InProcessBackend(loader=factory, seed=config.seed, max_batch_tokens=config.max_batch_tokens)

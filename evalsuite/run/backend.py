@@ -1,0 +1,83 @@
+"""What the Runner needs from whatever produces answers: the ``Backend`` protocol.
+
+A backend turns (variant, task, sample indices) into scored samples, gives teacher-forced (or approximate) KLD of a
+variant against the baseline's stored answers, and describes each variant (bytes; the Runner adds the timing
+medians from the stored samples). Three implementations:
+
+* ``evalsuite.run.inprocess.InProcessBackend``: a model loaded in this process, variants built from it;
+* ``evalsuite.scale.endpoint_backend.EndpointBackend``: OpenAI-compatible servers (vLLM, llama.cpp, ...);
+* ``evalsuite.scale.ray_backend.RayBackend``: the in-process backend fanned out over Ray workers.
+
+The Runner (``evalsuite.run.runner``) owns everything else once, for all three: which samples are still to do,
+storing as results arrive, resume, timing medians, the noise floor. Backends are chosen above ``run`` (in the
+CLI), so ``run`` never imports ``scale``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+
+from evalsuite.run.prepare import PreparedTask
+from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.tasks.base import TaskContext
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """The baseline a run is keyed by: its content fingerprint (never the name alone) and how it was loaded."""
+
+    name: str
+    fingerprint: str
+    dtype: str
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class VariantRef(Protocol):
+    """A variant as the Runner sees it (a VariantSpec, an EndpointSpec ...)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def is_baseline(self) -> bool: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Generation, KLD and variant facts for the Runner. ``variants`` parses without loading anything."""
+
+    kld_method: str  # how ``kld`` measures: stored in the run so the report can say it
+
+    def variants(self, requested: Sequence[Any]) -> list[VariantRef]:
+        """The baseline first, then the requested variants; bad input raises before anything loads."""
+
+    def load(self) -> ModelIdentity:
+        """Load the model / probe the servers (idempotent); the identity keys the run and its baselines."""
+
+    def settings(self) -> dict[str, Any]:
+        """Everything beside the identity that changes outputs (dtype, batch size ...), for baseline manifests."""
+
+    def task_context(self) -> TaskContext:
+        """What tasks may know about the model (its token counter and window) before making samples."""
+
+    def generate(self, variant: VariantRef, name: str, task: PreparedTask, indices: Sequence[int],
+                 batch_size: int) -> Iterator[list[SampleResult]]:
+        """Scored samples (via ``evalsuite.run.scoring.score_sample``) for ``indices``, a group at a time, as
+        they complete; ``name`` is what they are stored as (the variant's name, or the noise floor's)."""
+
+    def kld(self, variant: VariantRef, name: str, task: PreparedTask, indices: Sequence[int],
+            answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
+        """KLD of ``variant`` from the baseline over the baseline's ``answers`` to ``indices``, a group at a time."""
+
+    def info(self, variant: VariantRef, name: str) -> VariantInfo:
+        """Bytes of the variant (timings are filled in by the Runner from the stored samples)."""
+
+    def release(self, variant: VariantRef) -> None:
+        """Free what was built for ``variant`` (called when the Runner is done with it)."""
+
+    def close(self) -> None:
+        """Free everything (a Ray instance this backend started is shut down)."""

@@ -1,0 +1,177 @@
+"""The in-process backend: the baseline loaded in this process, each variant built from it once.
+
+Generation runs through evalsuite's batched decoder (``run.generate`` / ``run.engine``: length-sorted batches, a
+task's shared prompt prefix encoded once, finished rows leave the batch); a task asking for ``n > 1`` generations
+(pass@k) gets them as extra rows of the same batches, each row sampled from its own seed (``scoring.row_seed``) so
+the answers do not depend on how samples were batched. KLD is teacher-forced on the baseline's answers
+(``run.kld``), the baseline's log-probs computed once per batch and kept for the next variant.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from evalsuite.models.loader import LoadedModel
+from evalsuite.run.backend import ModelIdentity
+from evalsuite.run.generate import iter_generate, shared_prefix_len
+from evalsuite.run.kld import BaselineLogprobCache, teacher_forced_kld
+from evalsuite.run.prepare import PreparedTask, prepare_variants
+from evalsuite.run.prompts import render_prompt
+from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.run.scoring import row_seed, score_sample
+from evalsuite.variants.build import BuiltVariant, build_variant
+from evalsuite.tasks.base import Sample, TaskContext
+from evalsuite.variants.spec import VariantSpec
+
+KLD_METHOD = "teacher-forced on the baseline's answer tokens (full vocabulary, in-process)"
+
+
+@dataclass
+class InProcessBackend:
+    """``loader`` returns the baseline (``load_model(name, dtype)``, or a model built in memory by a test)."""
+
+    loader: Callable[[], LoadedModel]
+    seed: int = 1234
+    max_batch_tokens: int = 24576
+    max_built: int | None = None  # keep at most this many built variants (a Ray worker keeps one)
+    kld_method: str = KLD_METHOD
+    base: LoadedModel | None = None
+    _built: dict[str, BuiltVariant] = field(default_factory=dict)
+    _tokenizer: Any = None
+    _prompts: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
+    _prefix: dict[str, int] = field(default_factory=dict)
+    _base_lp: BaselineLogprobCache = field(default_factory=BaselineLogprobCache)
+
+    @classmethod
+    def of(cls, base: LoadedModel, **kw: Any) -> "InProcessBackend":
+        """A backend over an already loaded model."""
+        return cls(loader=lambda: base, base=base, **kw)
+
+    def variants(self, requested: Sequence[Any]) -> list[VariantSpec]:
+        return prepare_variants(list(requested))
+
+    def load(self) -> ModelIdentity:
+        if self.base is None:
+            self.base = self.loader()
+        b = self.base
+        return ModelIdentity(name=b.name, fingerprint=b.fingerprint, dtype=b.dtype, source=b.source, meta=b.meta)
+
+    def settings(self) -> dict[str, Any]:
+        return {"backend": "in-process", "compute_dtype": self.loaded.dtype,
+                "max_batch_tokens": self.max_batch_tokens}
+
+    @property
+    def loaded(self) -> LoadedModel:
+        if self.base is None:
+            self.load()
+        assert self.base is not None
+        return self.base
+
+    def built(self, spec: VariantSpec) -> BuiltVariant:
+        """The variant built from the baseline, once (kept until ``release``)."""
+        if spec.name not in self._built:
+            while self.max_built is not None and len(self._built) >= self.max_built:
+                self._built.pop(next(iter(self._built)))
+            self._built[spec.name] = build_variant(self.loaded, spec)
+        return self._built[spec.name]
+
+    def release(self, variant: VariantSpec) -> None:
+        self._built.pop(variant.name, None)
+
+    def close(self) -> None:
+        self._built.clear()
+
+    def task_context(self) -> TaskContext:
+        """The model's own token counts (chat template included) and window; loaded only when a task asks."""
+        return TaskContext(count_tokens=self._count_tokens, max_positions=self._max_positions,
+                           model_name=getattr(self.loader, "name", None) or "the model")
+
+    def _tokenizer_only(self) -> Any:
+        if self.base is not None:
+            return self.base.tokenizer
+        if self._tokenizer is None:
+            self._tokenizer = self.loader.tokenizer() if hasattr(self.loader, "tokenizer") else self.loaded.tokenizer
+        return self._tokenizer
+
+    def _count_tokens(self, sample: Sample) -> int:
+        tok = self._tokenizer_only()
+        text, special = render_prompt(sample, tok)
+        return len(tok(text, add_special_tokens=special)["input_ids"])
+
+    def _max_positions(self) -> int | None:
+        if self.base is not None:
+            return self.base.meta.get("max_positions")
+        return self.loader.max_positions() if hasattr(self.loader, "max_positions") else None
+
+    def prompts(self, task: PreparedTask) -> list[tuple[str, bool]]:
+        """Rendered prompts (text, add_special_tokens) of every sample of ``task``."""
+        if task.name not in self._prompts or len(self._prompts[task.name]) != len(task.samples):
+            self._prompts[task.name] = [render_prompt(s, self.loaded.tokenizer) for s in task.samples]
+        return self._prompts[task.name]
+
+    def prefix_len(self, task: PreparedTask) -> int:
+        """Tokens all of the task's prompts share (so a resumed or sharded subset computes what a full run does)."""
+        if task.name not in self._prefix:
+            self._prefix[task.name] = shared_prefix_len(self.loaded.tokenizer, self.prompts(task))
+        return self._prefix[task.name]
+
+    def generate(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
+                 batch_size: int) -> Iterator[list[SampleResult]]:
+        built, prompts, n = self.built(variant), self.prompts(task), max(1, task.gen.n)
+        rows = [i for i in indices for _ in range(n)]  # n generations of a sample are consecutive rows
+        seeds = [row_seed(self.seed, task.samples[i].id, r % n) for r, i in enumerate(rows)]
+        batches = iter_generate(built.model, built.tokenizer, [prompts[i] for i in rows], task.gen,
+                                built.make_cache, max_batch=batch_size * n, max_tokens=self.max_batch_tokens,
+                                seed=self.seed, prefix_len=self.prefix_len(task), row_seeds=seeds,
+                                group=n)
+        for idx, gens in batches:
+            by_sample: dict[int, list[Any]] = {}
+            for r, g in zip(idx, gens):
+                by_sample.setdefault(rows[r], []).append(g)
+            yield [score_sample(task, i, gs, name, prompts[i][0]) for i, gs in by_sample.items()]
+
+    def kld(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
+            answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
+        built, prompts = self.built(variant), self.prompts(task)
+        for start in range(0, len(indices), batch_size):
+            chunk = list(indices[start:start + batch_size])
+            ids = [task.samples[i].id for i in chunk]
+            res = teacher_forced_kld(self.loaded.model, built.model, self.loaded.tokenizer,
+                                     [prompts[i] for i in chunk], list(answers[start:start + batch_size]),
+                                     built.make_cache, self._base_lp, (task.name, tuple(ids)),
+                                     prefix_len=self.prefix_len(task))
+            yield [KLDResult(name, task.name, sid, tuple(k), a, n) for sid, (k, a, n) in zip(ids, res)]
+
+    def info(self, variant: VariantSpec, name: str) -> VariantInfo:
+        from evalsuite.kvcache import kv_bytes_per_token
+
+        built = self.built(variant)
+        dtype_bytes = next(built.model.parameters()).element_size()
+        return VariantInfo(variant=name, spec=variant.to_dict(), weight_bytes=built.weights.measured,
+                           weight_formula_bytes=built.weights.formula,
+                           kv_bytes_per_token=measure_kv_bytes_per_token(built),
+                           kv_formula_bytes_per_token=kv_bytes_per_token(variant.kv, built.model.config,
+                                                                          dtype_bytes))
+
+
+def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> float:
+    """Bytes the variant's cache actually holds per token after a ``tokens``-long prefill + one decode step.
+
+    The cache is filled through ``update`` with K/V of the model's shapes and dtype (what a forward would write;
+    the byte count does not depend on the values), so no model forward is spent on it.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    from evalsuite.kvcache import cache_nbytes, model_dims
+
+    cfg = variant.model.config
+    cache = variant.make_cache() or DynamicCache(config=cfg)
+    layers, heads, dim = model_dims(cfg)
+    dtype = next(variant.model.parameters()).dtype
+    gen = torch.Generator().manual_seed(0)
+    for n in (tokens, 1):
+        for i in range(layers):
+            k, v = (torch.randn(1, heads, n, dim, generator=gen).to(dtype) for _ in range(2))
+            cache.update(k, v, i)
+    return cache_nbytes(cache) / (tokens + 1)
