@@ -186,11 +186,13 @@ def evaluate_gate(stats: Sequence[PairedStats], policy: Policy, variants: Sequen
 def undecided(gate: GateResult) -> dict[str, set[str]]:
     """variant -> tasks that still have an INCONCLUSIVE check more samples could decide (more_needed set).
 
-    The runner calls this after each round: a variant absent from the result needs no more samples.
+    The runner calls this after each round: a variant absent from the result needs no more samples. A variant
+    that already FAILs is absent too: the sequences are valid at any stopping time, so its FAIL stands.
     """
     out: dict[str, set[str]] = {}
     for c in gate.checks:
-        if c.verdict == "INCONCLUSIVE" and c.more_needed is not None:
+        if (c.verdict == "INCONCLUSIVE" and c.more_needed is not None
+                and gate.variant_verdicts.get(c.variant) != "FAIL"):
             out.setdefault(c.variant, set()).add(c.task)
     return out
 

@@ -5,6 +5,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import brentq
 from scipy.stats import binomtest, norm
 from scipy.stats import t as t_dist
@@ -49,22 +50,23 @@ def paired_bootstrap_ci(base: np.ndarray, var: np.ndarray, n_boot: int = 2000, s
     return delta, float(max(lo, diff.min())), float(min(hi, diff.max()))
 
 
-def tango_z(right_to_wrong: int, wrong_to_right: int, n: int, delta0: float) -> float:
+def tango_z(right_to_wrong: ArrayLike, wrong_to_right: ArrayLike, n: ArrayLike, delta0: float) -> np.ndarray:
     """Tango's (1998) score statistic for H0: delta = delta0, delta = P(wrong->right) - P(right->wrong).
 
     The variance uses the MLE of P(right->wrong) restricted to delta0 (the root of a quadratic), which keeps
-    the statistic informative when no pair is discordant. Decreasing in delta0.
+    the statistic informative when no pair is discordant. Decreasing in delta0; elementwise over arrays.
     """
-    n12, n21 = wrong_to_right, right_to_wrong  # Tango's n12 (variant right only) and n21 (baseline right only)
+    n12 = np.asarray(wrong_to_right, dtype=float)  # Tango's n12 (variant right only), n21 (baseline right only)
+    n21, n = np.asarray(right_to_wrong, dtype=float), np.asarray(n, dtype=float)
     a = 2.0 * n
     b = -n12 - n21 + (2.0 * n - n12 + n21) * delta0
     c = -n21 * delta0 * (1.0 - delta0)
-    p21 = (math.sqrt(max(b * b - 4 * a * c, 0.0)) - b) / (2 * a)
+    p21 = (np.sqrt(np.maximum(b * b - 4 * a * c, 0.0)) - b) / np.maximum(2 * a, 1e-300)
     num = n12 - n21 - n * delta0
     var = n * (2 * p21 + delta0 * (1.0 - delta0))
-    if var <= 0:
-        return 0.0 if num == 0 else math.copysign(math.inf, num)
-    return num / math.sqrt(var)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(var > 0, num / np.sqrt(np.maximum(var, 1e-300)), np.sign(num) * np.inf)
+    return np.where((var <= 0) & (num == 0), 0.0, z)
 
 
 def tango_ci(right_to_wrong: int, wrong_to_right: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -80,7 +82,7 @@ def tango_ci(right_to_wrong: int, wrong_to_right: int, n: int, confidence: float
     eps = 1e-12
 
     def f(d: float, target: float) -> float:
-        return tango_z(right_to_wrong, wrong_to_right, n, d) - target
+        return float(tango_z(right_to_wrong, wrong_to_right, n, d)) - target
 
     lo = -1.0 if f(-1 + eps, z) <= 0 else brentq(f, -1 + eps, est, args=(z,), xtol=1e-12)
     hi = 1.0 if f(1 - eps, -z) >= 0 else brentq(f, est, 1 - eps, args=(-z,), xtol=1e-12)

@@ -213,3 +213,25 @@ def test_overall_is_worst_variant() -> None:
     variants = {"same": records("same", n=100), "gone": records("gone", n=100, wrong=lambda *_: True)}
     _, gate = gate_run(base, variants, {}, load_policy())
     assert gate.variant_verdicts == {"same": "PASS", "gone": "FAIL"} and gate.overall == "FAIL"
+
+
+def test_inconclusive_checks_estimate_the_samples_still_needed() -> None:
+    # 40 pairs of a copy: too few to PASS max_drop 0.05, and an estimate of how many more would
+    base, same = records("bf16", n=40), records("same", n=40)
+    gone = records("gone", n=40, wrong=lambda *_: True)
+    _, gate = gate_run(base, {"same": same, "gone": gone}, {}, load_policy())
+    (c,) = [c for c in gate.checks if c.variant == "same" and c.task == "code" and c.check == "max_drop"]
+    assert c.verdict == "INCONCLUSIVE" and c.n == 40 and 20 <= c.more_needed <= 60
+    assert "(n=40)" in c.reason and f"~{c.more_needed} more pairs" in c.reason
+    _, again = gate_run(records("bf16", n=40 + c.more_needed), {"same": records("same", n=40 + c.more_needed)},
+                        {}, load_policy())
+    assert [x.verdict for x in again.checks if x.task == "code" and x.check == "max_drop"] == ["PASS"]
+    assert gate.variant_verdicts["gone"] == "FAIL"
+    assert undecided(gate) == {"same": {"code", "json", "needle"}}  # reasoning and needle's slice: max_drop 0.10
+    assert all(x.more_needed is None for x in gate.checks if x.verdict != "INCONCLUSIVE")
+
+
+def test_min_samples_asks_for_the_missing_pairs() -> None:
+    th = load_policy().thresholds("t")
+    (only,) = slice_checks(stat(0.0, -0.1, 0.1, n=6), th)
+    assert only.more_needed == 4 and only.n == 6
