@@ -1,24 +1,29 @@
 """Gate verdicts: PairedStats + Policy -> one CheckResult per check, a verdict per variant and overall.
 
-Interval checks are three-way: PASS when the 95% interval lies within the tolerance, FAIL when it lies
-entirely beyond it, INCONCLUSIVE when it straddles the limit (too few samples to tell).
-- max_drop: paired bootstrap CI of delta against -max_drop.
-- min_recovery: ratio variant/baseline with CI 1 + CI(delta)/baseline_mean (baseline mean taken as fixed).
-- max_flip_rate (binary tasks): a point check guarded against noise: PASS when flips/n <= max_flip_rate,
-  FAIL only when the Wilson 95% lower bound exceeds it, INCONCLUSIVE in between.
+Interval checks are three-way, decided on anytime-valid confidence sequences (evalsuite.stats.sequential:
+each bound at 95%, valid simultaneously at every n), so a run may be re-gated after every round of samples
+and stopped as soon as a check is decided without inflating its error rates: PASS when the sequence lies
+within the tolerance, FAIL when it lies entirely beyond it, INCONCLUSIVE when it straddles the limit.
+- max_drop: the sequence of delta (PairedStats.cs_low/cs_high) against -max_drop.
+- min_recovery: ratio variant/baseline with bounds 1 + bounds(delta)/baseline_mean (baseline mean taken as fixed).
+- max_flip_rate (binary tasks): the sequence of the flip proportion against max_flip_rate.
 - max_kld, min_score: point checks (PASS/FAIL); max_kld is skipped where no KLD was measured.
 - min_samples: a slice with fewer paired samples gets only an INCONCLUSIVE check; a policy task (unless
   ``optional``) or a selector slice of a task that ran, without samples, gets an INCONCLUSIVE "no samples" check.
+An INCONCLUSIVE interval check carries ``more_needed``: the observed pairs replicated until the sequence
+would decide (sequential.more_needed), an estimate; None where more samples cannot help.
 """
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence, Set
 
+import numpy as np
+
 from evalsuite.gate.policy import Policy, Thresholds
 from evalsuite.run.records import KLDResult, SampleResult
 from evalsuite.stats.compare import compare
-from evalsuite.stats.paired import wilson_ci
+from evalsuite.stats import sequential as seq
 from evalsuite.gate.types import CheckResult, GateResult, Verdict
 from evalsuite.stats.types import ALL, PairedStats
 
@@ -51,15 +56,37 @@ def _n(st: PairedStats) -> str:
 
 
 def _check(st: PairedStats, check: str, threshold: float, observed: float, verdict: Verdict, reason: str,
-           ci: tuple[float, float] | None = None) -> CheckResult:
+           ci: tuple[float, float] | None = None, more: int | None = None) -> CheckResult:
+    more = max(more, 1) if verdict == "INCONCLUSIVE" and more is not None else None
+    tail = f"; ~{more} more pairs to decide" if more else ""
     return CheckResult(st.variant, st.task, st.slice, check, threshold, observed, verdict,
-                       f"{_label(st.task, st.slice)}: {reason} ({_n(st)})", ci)
+                       f"{_label(st.task, st.slice)}: {reason} ({_n(st)}){tail}", ci, st.n, more)
+
+
+def _bounds(st: PairedStats) -> tuple[float, float, str]:
+    """The decision interval of delta: the confidence sequence, or the CI for rows built without one."""
+    if st.cs_low is not None and st.cs_high is not None:
+        return st.cs_low, st.cs_high, "CS"
+    return st.ci_low, st.ci_high, "CI"
+
+
+def _more_delta(st: PairedStats, limit: float) -> int:
+    """Extrapolated pairs needed to decide "delta vs limit". Binary: the observed right->wrong / unchanged /
+    wrong->right counts; continuous: two equally likely differences delta -/+ diff_sd (same mean and spread)."""
+    if st.binary:
+        values, weights = seq.flip_values(st.flips_right_to_wrong, st.flips_wrong_to_right, st.n)
+    else:
+        d = np.clip([st.delta - st.diff_sd, st.delta + st.diff_sd], -1.0, 1.0)
+        values, weights = (1.0 + d) / 2.0, np.array([st.n / 2, st.n / 2])
+    return seq.more_needed(values, weights, (1.0 + limit) / 2.0)
 
 
 def _max_drop(st: PairedStats, t: float) -> CheckResult:
-    v = _at_least(st.ci_low, st.ci_high, -t)
-    return _check(st, "max_drop", t, st.delta, v, f"Δ={st.delta:+.3f} [{st.ci_low:+.3f},{st.ci_high:+.3f}] "
-                  f"{_WORDS[v]} max_drop {t:g}", (st.ci_low, st.ci_high))
+    lo, hi, kind = _bounds(st)
+    v = _at_least(lo, hi, -t)
+    more = _more_delta(st, -t) if v == "INCONCLUSIVE" else None
+    return _check(st, "max_drop", t, st.delta, v, f"Δ={st.delta:+.3f} {kind} [{lo:+.3f},{hi:+.3f}] "
+                  f"{_WORDS[v]} max_drop {t:g}", (lo, hi), more)
 
 
 def _min_recovery(st: PairedStats, r: float) -> CheckResult:
@@ -67,20 +94,23 @@ def _min_recovery(st: PairedStats, r: float) -> CheckResult:
         return _check(st, "min_recovery", r, 0.0, "INCONCLUSIVE",
                       "baseline mean is 0, recovery undefined")
     ratio = st.variant_mean / st.baseline_mean
-    lo, hi = 1 + st.ci_low / st.baseline_mean, 1 + st.ci_high / st.baseline_mean
+    dlo, dhi, kind = _bounds(st)
+    lo, hi = 1 + dlo / st.baseline_mean, 1 + dhi / st.baseline_mean
     v = _at_least(lo, hi, r)
+    more = _more_delta(st, (r - 1) * st.baseline_mean) if v == "INCONCLUSIVE" else None
     word = {"PASS": "meets", "FAIL": "below", "INCONCLUSIVE": "straddles"}[v]
-    return _check(st, "min_recovery", r, ratio, v, f"recovery {ratio:.3f} [{lo:.3f},{hi:.3f}] {word} "
-                  f"min_recovery {r:g}", (lo, hi))
+    return _check(st, "min_recovery", r, ratio, v, f"recovery {ratio:.3f} {kind} [{lo:.3f},{hi:.3f}] {word} "
+                  f"min_recovery {r:g}", (lo, hi), more)
 
 
 def _max_flip_rate(st: PairedStats, f: float) -> CheckResult:
     k = st.flips_right_to_wrong + st.flips_wrong_to_right
-    lo, hi = wilson_ci(k, st.n)
-    v = _at_most(lo, st.flip_rate, f)
+    lo, hi = seq.proportion_cs(k, st.n)
+    v = _at_most(lo, hi, f)
+    more = seq.more_needed(np.array([0.0, 1.0]), np.array([st.n - k, k]), f) if v == "INCONCLUSIVE" else None
     return _check(st, "max_flip_rate", f, st.flip_rate, v, f"flip rate {st.flip_rate:.3f} ({st.flips_right_to_wrong}"
-                  f"↓ {st.flips_wrong_to_right}↑, Wilson [{lo:.3f},{hi:.3f}]) {_WORDS[v]} max_flip_rate {f:g}",
-                  (lo, hi))
+                  f"↓ {st.flips_wrong_to_right}↑, CS [{lo:.3f},{hi:.3f}]) {_WORDS[v]} max_flip_rate {f:g}",
+                  (lo, hi), more)
 
 
 def _max_kld(st: PairedStats, k: float) -> CheckResult:
@@ -100,7 +130,8 @@ def slice_checks(st: PairedStats, th: Thresholds) -> list[CheckResult]:
     """Every enabled check of one (variant, task, slice) row."""
     if st.n < max(th.min_samples, 1):
         what = "no paired samples" if st.n == 0 else f"n={st.n} < min_samples {th.min_samples}"
-        return [_check(st, "min_samples", th.min_samples, st.n, "INCONCLUSIVE", what)]
+        return [_check(st, "min_samples", th.min_samples, st.n, "INCONCLUSIVE", what, None,
+                       max(th.min_samples - st.n, 1))]
     out = []
     if th.max_drop is not None:
         out.append(_max_drop(st, th.max_drop))
@@ -150,6 +181,20 @@ def evaluate_gate(stats: Sequence[PairedStats], policy: Policy, variants: Sequen
     failing = result.overall == "FAIL" or (result.overall == "INCONCLUSIVE" and policy.on_inconclusive == "fail")
     result.exit_code = 1 if failing else 0
     return result
+
+
+def undecided(gate: GateResult) -> dict[str, set[str]]:
+    """variant -> tasks that still have an INCONCLUSIVE check more samples could decide (more_needed set).
+
+    The runner calls this after each round: a variant absent from the result needs no more samples. A variant
+    that already FAILs is absent too: the sequences are valid at any stopping time, so its FAIL stands.
+    """
+    out: dict[str, set[str]] = {}
+    for c in gate.checks:
+        if (c.verdict == "INCONCLUSIVE" and c.more_needed is not None
+                and gate.variant_verdicts.get(c.variant) != "FAIL"):
+            out.setdefault(c.variant, set()).add(c.task)
+    return out
 
 
 def gate_run(baseline: Sequence[SampleResult], variants: Mapping[str, Sequence[SampleResult]],

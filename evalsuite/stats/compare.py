@@ -19,11 +19,13 @@ import numpy as np
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.run.records import KLDResult, SampleResult
-from evalsuite.stats.paired import kld_aggregate, mcnemar_exact, paired_bootstrap_ci
+from evalsuite.stats.paired import kld_aggregate, mcnemar_exact, paired_bootstrap_ci, tango_ci
+from evalsuite.stats.sequential import diff_cs, diff_values, flip_values
 from evalsuite.stats.types import ALL, PairedStats
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 NOISE_FLOOR = "noise-floor"  # variant name given to a baseline-vs-rerun comparison
+BOOT_MIN_N, BOOT_MIN_NONZERO = 30, 5  # continuous scores: below either, the CI is the (valid) sequence instead
 
 
 @dataclass(frozen=True)
@@ -160,24 +162,46 @@ def _slices(task: str, items: Sequence[_Item], slice_keys: Sequence[str] | None,
     return out
 
 
+def _intervals(base: np.ndarray, var: np.ndarray, is_binary: bool, n_boot: int,
+               seed: int) -> tuple[float, float, float, float, float, dict[str, Any]]:
+    """delta, its 95% CI, its anytime-valid bounds, and (binary) the flip fields.
+
+    Binary: Tango's score CI from the discordant pairs. Continuous: the paired bootstrap where it is
+    reliable (n >= 30 with >= 5 non-zero differences); otherwise the confidence sequence, which is valid at
+    any n but wider (a bootstrap of mostly-zero differences collapses towards zero width).
+    """
+    diff = var - base
+    n = diff.size
+    delta = float(diff.mean()) if n else 0.0
+    if is_binary:
+        right_b, right_v = base >= 0.5, var >= 0.5
+        r2w, w2r = int(np.sum(right_b & ~right_v)), int(np.sum(~right_b & right_v))
+        lo, hi = tango_ci(r2w, w2r, n)
+        cs_lo, cs_hi = diff_cs(*flip_values(r2w, w2r, n))
+        flips = {"flips_right_to_wrong": r2w, "flips_wrong_to_right": w2r, "mcnemar_p": mcnemar_exact(r2w, w2r)}
+        return delta, lo, hi, cs_lo, cs_hi, flips
+    cs_lo, cs_hi = diff_cs(*diff_values(diff)) if n else (-1.0, 1.0)
+    if n >= BOOT_MIN_N and np.count_nonzero(diff) >= BOOT_MIN_NONZERO:
+        delta, lo, hi = paired_bootstrap_ci(base, var, n_boot=n_boot, seed=seed)
+    else:
+        lo, hi = cs_lo, cs_hi
+    return delta, lo, hi, cs_lo, cs_hi, {}
+
+
 def _stats(name: str, task: str, slice_name: str, members: Sequence[_Item], is_binary: bool,
            kld_idx: Mapping[str, KLDResult], n_boot: int, seed: int) -> PairedStats:
     pairs = [(it.base, it.var) for it in members if it.base is not None and it.var is not None]
     base = np.array([b.score for b, _ in pairs], dtype=float)
     var = np.array([v.score for _, v in pairs], dtype=float)
-    delta, lo, hi = paired_bootstrap_ci(base, var, n_boot=n_boot, seed=seed)
-    flips: dict[str, Any] = {}
-    if is_binary:
-        right_b, right_v = base >= 0.5, var >= 0.5
-        r2w, w2r = int(np.sum(right_b & ~right_v)), int(np.sum(~right_b & right_v))
-        flips = {"flips_right_to_wrong": r2w, "flips_wrong_to_right": w2r, "mcnemar_p": mcnemar_exact(r2w, w2r)}
+    delta, lo, hi, cs_lo, cs_hi, flips = _intervals(base, var, is_binary, n_boot, seed)
     klds = [kld_idx[b.sample_id] for b, _ in pairs if b.sample_id in kld_idx]
     return PairedStats(
         variant=name, task=task, slice=slice_name, n=len(pairs),
         baseline_mean=float(base.mean()) if pairs else 0.0, variant_mean=float(var.mean()) if pairs else 0.0,
         delta=delta, ci_low=lo, ci_high=hi, binary=is_binary,
         agreement=sum(b.output == v.output for b, v in pairs) / len(pairs) if pairs else 0.0,
-        n_unpaired=len(members) - len(pairs), metrics=metric_means(pairs), **flips, **kld_aggregate(klds))
+        n_unpaired=len(members) - len(pairs), metrics=metric_means(pairs), **flips, **kld_aggregate(klds),
+        cs_low=cs_lo, cs_high=cs_hi, diff_sd=float(np.std(var - base)) if pairs else 0.0)
 
 
 def metric_means(pairs: Sequence[tuple[SampleResult, SampleResult]]) -> dict[str, dict[str, float]]:

@@ -1,10 +1,12 @@
-"""Paired statistics primitives: bootstrap CI of a mean difference, exact McNemar, Wilson, KLD aggregates."""
+"""Paired statistics primitives: Tango and bootstrap CIs of a mean difference, exact McNemar, Wilson, KLD aggregates."""
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
+from scipy.optimize import brentq
 from scipy.stats import binomtest, norm
 from scipy.stats import t as t_dist
 
@@ -46,6 +48,45 @@ def paired_bootstrap_ci(base: np.ndarray, var: np.ndarray, n_boot: int = 2000, s
     widen = math.sqrt(n / (n - 1)) * t_dist.ppf(1 - alpha / 2, n - 1) / norm.ppf(1 - alpha / 2)
     lo, hi = delta + (lo - delta) * widen, delta + (hi - delta) * widen
     return delta, float(max(lo, diff.min())), float(min(hi, diff.max()))
+
+
+def tango_z(right_to_wrong: ArrayLike, wrong_to_right: ArrayLike, n: ArrayLike, delta0: float) -> np.ndarray:
+    """Tango's (1998) score statistic for H0: delta = delta0, delta = P(wrong->right) - P(right->wrong).
+
+    The variance uses the MLE of P(right->wrong) restricted to delta0 (the root of a quadratic), which keeps
+    the statistic informative when no pair is discordant. Decreasing in delta0; elementwise over arrays.
+    """
+    n12 = np.asarray(wrong_to_right, dtype=float)  # Tango's n12 (variant right only), n21 (baseline right only)
+    n21, n = np.asarray(right_to_wrong, dtype=float), np.asarray(n, dtype=float)
+    a = 2.0 * n
+    b = -n12 - n21 + (2.0 * n - n12 + n21) * delta0
+    c = -n21 * delta0 * (1.0 - delta0)
+    p21 = (np.sqrt(np.maximum(b * b - 4 * a * c, 0.0)) - b) / np.maximum(2 * a, 1e-300)
+    num = n12 - n21 - n * delta0
+    var = n * (2 * p21 + delta0 * (1.0 - delta0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(var > 0, num / np.sqrt(np.maximum(var, 1e-300)), np.sign(num) * np.inf)
+    return np.where((var <= 0) & (num == 0), 0.0, z)
+
+
+def tango_ci(right_to_wrong: int, wrong_to_right: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Tango's score interval for the difference of paired proportions (variant - baseline).
+
+    Valid at small n and never of zero width: with no discordant pair it is about [-z^2/(n+z^2), z^2/(n+z^2)]
+    (Tango 1998, Stat Med 17:891-908; recommended by Fagerland, Lydersen & Laake 2014). (-1, 1) when n = 0.
+    """
+    if n == 0:
+        return -1.0, 1.0
+    z = norm.ppf(0.5 + confidence / 2)
+    est = (wrong_to_right - right_to_wrong) / n
+    eps = 1e-12
+
+    def f(d: float, target: float) -> float:
+        return float(tango_z(right_to_wrong, wrong_to_right, n, d)) - target
+
+    lo = -1.0 if f(-1 + eps, z) <= 0 else brentq(f, -1 + eps, est, args=(z,), xtol=1e-12)
+    hi = 1.0 if f(1 - eps, -z) >= 0 else brentq(f, est, 1 - eps, args=(-z,), xtol=1e-12)
+    return float(lo), float(hi)
 
 
 def _boot_means(diff: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:

@@ -18,7 +18,7 @@ class PairedStats:
     baseline_mean: float
     variant_mean: float
     delta: float  # variant - baseline
-    ci_low: float  # paired bootstrap 95% CI of delta
+    ci_low: float  # 95% CI of delta at this n: Tango's score interval (binary), else bootstrap (see compare)
     ci_high: float
     binary: bool
     flips_right_to_wrong: int = 0
@@ -32,6 +32,11 @@ class PairedStats:
     n_unpaired: int = 0  # samples of this (task, slice) present on one side only (excluded from n)
     #: numeric secondary metrics of the task (Score.metrics): name -> {"baseline", "variant", "delta"} means
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: anytime-valid bounds on delta (sequential.diff_cs: each side at 95%, valid under repeated looks);
+    #: the gate decides on these. None on rows built by hand: the gate then falls back to the CI.
+    cs_low: float | None = None
+    cs_high: float | None = None
+    diff_sd: float = 0.0  # standard deviation of the paired differences (extrapolates more_needed)
 
     @property
     def flip_rate(self) -> float:

@@ -8,7 +8,7 @@ import pytest
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.gate.policy import Condition, load_policy, parse_policy
-from evalsuite.gate.verdict import evaluate_gate, gate_run, slice_checks
+from evalsuite.gate.verdict import evaluate_gate, gate_run, slice_checks, undecided
 from evalsuite.run.records import KLDResult, SampleResult
 from evalsuite.stats.types import PairedStats
 
@@ -154,12 +154,14 @@ def test_flip_rate_kld_min_score_and_min_samples() -> None:
 # --- whole runs ------------------------------------------------------------------------------------------
 
 def test_noop_variant_passes_with_zero_flips_and_kld() -> None:
-    base = records("bf16")
-    same = records("same")
+    base = records("bf16", n=100)  # a copy needs about 80 pairs to PASS max_drop 0.05 (40 for 0.10)
+    same = records("same", n=100)
     stats, gate = gate_run(base, {"same": same}, {"same": kld_for("same", same, 0.0)}, load_policy())
     assert gate.overall == "PASS" and gate.exit_code == 0 and gate.variant_verdicts == {"same": "PASS"}
     assert all(s.flip_rate == 0 and s.delta == 0 and s.kld_mean == 0 and s.agreement == 1 for s in stats)
     assert {c.check for c in gate.checks} == {"max_drop", "max_flip_rate", "max_kld"}
+    assert all(c.n == 100 and c.more_needed is None for c in gate.checks if c.slice == "all")
+    assert undecided(gate) == {}
     json.dumps([s.to_dict() for s in stats] + [gate.to_dict()], allow_nan=False)
 
 
@@ -184,11 +186,11 @@ def test_borderline_small_sample_is_inconclusive() -> None:
 
 
 def test_selector_slice_pools_long_contexts() -> None:
-    # KV-cache damage only at >= 2048 tokens, needle only: the pooled slice fails with n = 20 of 40
-    var = records("kv2", wrong=lambda task, i, ctx: task == "needle" and ctx >= 2048)
-    stats, gate = gate_run(records("bf16"), {"kv2": var}, {}, load_policy())
+    # KV-cache damage only at >= 2048 tokens, needle only: the pooled slice fails with n = 50 of 100
+    var = records("kv2", n=100, wrong=lambda task, i, ctx: task == "needle" and ctx >= 2048)
+    stats, gate = gate_run(records("bf16", n=100), {"kv2": var}, {}, load_policy())
     long = next(s for s in stats if s.task == "needle" and s.slice == "context_len>=2048")
-    assert long.n == 20 and long.baseline_mean == 0.5 and long.variant_mean == 0.0
+    assert long.n == 50 and long.baseline_mean == 0.5 and long.variant_mean == 0.0
     (c,) = [c for c in gate.checks if c.slice == "context_len>=2048" and c.check == "max_drop"]
     assert c.verdict == "FAIL" and c.reason.startswith("needle[context_len>=2048]: Δ=-0.500")
     assert "exceeds max_drop 0.1" in c.reason and "\n" not in c.reason
@@ -198,14 +200,38 @@ def test_selector_slice_pools_long_contexts() -> None:
 def test_missing_task_and_slice_are_inconclusive() -> None:
     policy = parse_policy({"tasks": {"neddle": {}, "code": {"slices": [{"where": {"context_len": ">=8192"}}]},
                                      "extra": {"optional": True, "max_drop": 0.0}}})
-    stats, gate = gate_run(records("bf16"), {"same": records("same")}, {}, policy)
+    stats, gate = gate_run(records("bf16", n=100), {"same": records("same", n=100)}, {}, policy)
     reasons = {c.reason for c in gate.checks if c.verdict == "INCONCLUSIVE"}
     assert reasons == {"neddle: no samples (did you mean 'needle'?)", "code[context_len>=8192]: no samples"}
     assert gate.variant_verdicts["same"] == "INCONCLUSIVE" and gate.exit_code == 1
+    assert all(c.more_needed is None for c in gate.checks if c.verdict == "INCONCLUSIVE")
+    assert undecided(gate) == {}  # more samples of the tasks that ran cannot fill these gaps
 
 
 def test_overall_is_worst_variant() -> None:
-    base = records("bf16")
-    variants = {"same": records("same"), "gone": records("gone", wrong=lambda *_: True)}
+    base = records("bf16", n=100)
+    variants = {"same": records("same", n=100), "gone": records("gone", n=100, wrong=lambda *_: True)}
     _, gate = gate_run(base, variants, {}, load_policy())
     assert gate.variant_verdicts == {"same": "PASS", "gone": "FAIL"} and gate.overall == "FAIL"
+
+
+def test_inconclusive_checks_estimate_the_samples_still_needed() -> None:
+    # 40 pairs of a copy: too few to PASS max_drop 0.05, and an estimate of how many more would
+    base, same = records("bf16", n=40), records("same", n=40)
+    gone = records("gone", n=40, wrong=lambda *_: True)
+    _, gate = gate_run(base, {"same": same, "gone": gone}, {}, load_policy())
+    (c,) = [c for c in gate.checks if c.variant == "same" and c.task == "code" and c.check == "max_drop"]
+    assert c.verdict == "INCONCLUSIVE" and c.n == 40 and 20 <= c.more_needed <= 60
+    assert "(n=40)" in c.reason and f"~{c.more_needed} more pairs" in c.reason
+    _, again = gate_run(records("bf16", n=40 + c.more_needed), {"same": records("same", n=40 + c.more_needed)},
+                        {}, load_policy())
+    assert [x.verdict for x in again.checks if x.task == "code" and x.check == "max_drop"] == ["PASS"]
+    assert gate.variant_verdicts["gone"] == "FAIL"
+    assert undecided(gate) == {"same": {"code", "json", "needle"}}  # reasoning and needle's slice: max_drop 0.10
+    assert all(x.more_needed is None for x in gate.checks if x.verdict != "INCONCLUSIVE")
+
+
+def test_min_samples_asks_for_the_missing_pairs() -> None:
+    th = load_policy().thresholds("t")
+    (only,) = slice_checks(stat(0.0, -0.1, 0.1, n=6), th)
+    assert only.more_needed == 4 and only.n == 6

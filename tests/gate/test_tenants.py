@@ -15,8 +15,11 @@ from evalsuite.run.records import SampleResult, VariantInfo
 TASKS = ("needle", "code")
 
 
-def records(variant: str, wrong=lambda i: False, n: int = 40) -> list[SampleResult]:
-    """Baseline right on 3 of 4 samples; the variant also wrong where ``wrong(i)``."""
+def records(variant: str, wrong=lambda i: False, n: int = 480) -> list[SampleResult]:
+    """Baseline right on 3 of 4 samples; the variant also wrong where ``wrong(i)``.
+
+    480 per task: a copy of the baseline PASSes max_drop 0.02 from about 200 pairs, and the enterprise
+    tenant's context_len>=4096 slice holds half of them."""
     return [SampleResult(variant, task, "1", f"{task}-{i}", f"h{task}{i}", "x",
                          0.0 if i % 4 == 3 or wrong(i) else 1.0, metadata={"context_len": (512, 4096)[i % 2]})
             for task in TASKS for i in range(n)]
@@ -29,7 +32,7 @@ def info(name: str, weight: int, kv: float | None = 512.0) -> VariantInfo:
 INFOS = {"bf16": info("bf16", 800), "w2": info("w2", 100), "w4": info("w4", 200), "w8": info("w8", 400),
          "kv4": info("kv4", 800, 128.0)}
 VARIANTS = {"w2": records("w2", lambda i: True),           # destroyed
-            "w4": records("w4", lambda i: i % 8 == 0),     # loses 5 of 40: delta -0.125
+            "w4": records("w4", lambda i: i % 8 == 0),     # loses 1 in 8: delta -0.125
             "w8": records("w8"), "kv4": records("kv4")}     # identical to the baseline
 LENIENT = {"defaults": {"max_drop": 0.3}}
 STRICT = {"defaults": {"max_drop": 0.02}}

@@ -123,11 +123,13 @@ def test_baseline_vs_itself_is_exactly_zero() -> None:
     kld = [KLDResult("bf16", "t", r.sample_id, (0.0, 0.0, 0.0), 3, 3) for r in base]
     stats = compare(base, base, kld)
     assert [s.slice for s in stats] == ["all", "context_len=512", "context_len=2048"]  # uid: too many levels
-    for s in stats:
-        assert s.delta == s.ci_low == s.ci_high == 0.0
+    for s in stats:  # no flip observed, yet the intervals keep a width that shrinks with n
+        assert s.delta == 0.0 and s.ci_low == pytest.approx(-s.ci_high) and s.ci_low < 0
+        assert s.cs_low <= s.ci_low and s.cs_high >= s.ci_high
         assert s.flips_right_to_wrong == s.flips_wrong_to_right == 0 and s.mcnemar_p == 1.0
         assert s.agreement == 1.0 and s.kld_mean == 0.0 and s.kld_max == 0.0 and s.top1_agreement == 1.0
     assert stats[0].n == 36 and stats[1].n == 18 and stats[0].binary
+    assert stats[0].ci_high < stats[1].ci_high
 
 
 def test_flips_mcnemar_and_agreement() -> None:

@@ -1,0 +1,148 @@
+"""Anytime-valid confidence sequences for a bounded mean, by betting (pure numpy/scipy).
+
+Observations y_i in [0, 1] with mean mu. Against a candidate mean m, a gambler who bets a fixed fraction
+c in (0, 1] of her capital on "mu > m" at every sample holds
+
+    K_n(m, c) = prod_i (1 - c + c * y_i / m)          (= prod_i (1 + lambda (y_i - m)), lambda = c / m)
+
+Each factor is >= 0 and has expectation <= 1 whenever mu <= m, so K_n(m, c) is a nonnegative
+supermartingale under every such distribution, and so is the average over a grid of c ("diversified Kelly",
+Waudby-Smith & Ramdas 2023, JRSS-B 86(1):1-27). Ville's inequality gives P(sup_n K_n(m) >= 1/alpha) <= alpha:
+the set {m : K_n(m) < 1/alpha} is a lower confidence *sequence*, valid simultaneously at every n, so the
+data may be looked at after every round and sampling stopped whenever a decision is reached
+(Howard, Ramdas, McAuliffe & Sekhon 2021, Ann. Statist. 49(2):1055-1080). The upper side bets on
+1 - y against 1 - m. Because every bet is constant, K_n depends on the *multiset* of observations, not on
+their order: re-gating a stored run at its final n reproduces the verdict without knowing when it was looked at.
+
+Everything is expressed as distinct ``values`` in [0, 1] with ``weights`` (their counts; weights may carry
+leading batch dimensions for simulation). Paired differences d in [-1, 1] enter as y = (1 + d) / 2.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.special import logsumexp
+
+ALPHA = 0.05  #: error rate of each one-sided bound (a lower and an upper bound: a 90% two-sided sequence)
+GRID = 64  #: betting fractions c = 1/GRID, 2/GRID, ..., 1, weighted in proportion to c
+MAX_MORE = 100_000  #: more_needed when the observed effect sits on the threshold (no extrapolation decides)
+_C = np.arange(1, GRID + 1, dtype=float) / GRID
+_LOGW = np.log(_C / _C.sum())  # prior weight of each fraction: bold bets favoured (few flips are the norm)
+_NEG = -1e30  # stands for log(0): finite, so that a zero weight times it is 0, not nan
+_STEPS = 128  # grid points per refinement of a bound
+
+
+def log_capital(values: np.ndarray, weights: np.ndarray, m: float, upper: bool = False) -> np.ndarray:
+    """log of the mixture capital betting that the mean exceeds ``m`` (``upper``: that it is below ``m``).
+
+    ``weights`` has shape (..., k) for k ``values``; the result has shape (...).
+    """
+    v = np.asarray(values, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    if upper:
+        v, m = 1.0 - v, 1.0 - m
+    if m <= 0.0:  # "mean <= 0" is refuted by any positive observation, never by zeros
+        return np.where((w * (v > 0)).sum(axis=-1) > 0, np.inf, 0.0)
+    with np.errstate(divide="ignore"):
+        logf = np.log(np.maximum(1.0 - _C[:, None] + _C[:, None] * v[None, :] / m, 0.0))  # (GRID, k)
+    per_c = w @ np.maximum(logf, _NEG).T + _LOGW  # (..., GRID)
+    return logsumexp(per_c, axis=-1)
+
+
+def rejects(values: np.ndarray, weights: np.ndarray, m: float, upper: bool = False,
+            alpha: float = ALPHA) -> np.ndarray:
+    """Whether the sequence has excluded ``m`` from below (``upper``: from above), per batch row."""
+    return log_capital(values, weights, m, upper) >= math.log(1.0 / alpha)
+
+
+def _grid_log_capital(v: np.ndarray, w: np.ndarray, ms: np.ndarray) -> np.ndarray:
+    """log capital (betting on "mean > m") at each m of ``ms`` (all > 0), for unbatched weights."""
+    with np.errstate(divide="ignore"):
+        logf = np.log(np.maximum(1.0 - _C[None, :, None] + _C[None, :, None] * v / ms[:, None, None], 0.0))
+    per_c = np.maximum(logf, _NEG) @ w + _LOGW  # (M, GRID)
+    top = per_c.max(axis=1)
+    return top + np.log(np.exp(per_c - top[:, None]).sum(axis=1))
+
+
+def lower_bound(values: np.ndarray, weights: np.ndarray, alpha: float = ALPHA) -> float:
+    """The largest m in [0, 1] excluded from below (0.0 when none is): a (1 - alpha) lower confidence sequence.
+
+    The capital is decreasing in m, so the excluded set is an interval (0, L]; a bracketing search on
+    grids of 128 returns a value at most 1e-10 below L (on the safe side).
+    """
+    v, w = np.asarray(values, dtype=float), np.asarray(weights, dtype=float)
+    thr = math.log(1.0 / alpha)
+    lo, hi = 0.0, 1.0
+    if w.sum() <= 0:
+        return 0.0
+    while hi - lo > 1e-10:
+        ms = lo + (hi - lo) * np.arange(1, _STEPS + 1) / _STEPS
+        ok = _grid_log_capital(v, w, ms) >= thr  # True then False (monotone); ms[-1] = hi is never rejected
+        k = int(ok.sum())
+        lo, hi = (ms[k - 1] if k else lo), ms[k]
+    return float(lo)
+
+
+def mean_cs(values: np.ndarray, weights: np.ndarray, alpha: float = ALPHA) -> tuple[float, float]:
+    """(lower, upper) anytime-valid bounds on the mean of observations in [0, 1]; (0, 1) without data."""
+    v = np.asarray(values, dtype=float)
+    return lower_bound(v, weights, alpha), 1.0 - lower_bound(1.0 - v, weights, alpha)
+
+
+def diff_values(diffs: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Paired differences in [-1, 1] (clipped) as distinct values y = (1 + d) / 2 and their counts."""
+    d = np.clip(np.asarray(diffs, dtype=float), -1.0, 1.0)
+    return np.unique((1.0 + d) / 2.0, return_counts=True)
+
+
+def flip_values(right_to_wrong: int, wrong_to_right: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Binary paired outcomes as values of y = (1 + d) / 2: d = -1, 0, +1 with their counts."""
+    return np.array([0.0, 0.5, 1.0]), np.array([right_to_wrong, n - right_to_wrong - wrong_to_right,
+                                                wrong_to_right], dtype=float)
+
+
+def diff_cs(values: np.ndarray, weights: np.ndarray, alpha: float = ALPHA) -> tuple[float, float]:
+    """Anytime-valid (lower, upper) bounds on the mean paired difference, in difference units [-1, 1]."""
+    lo, hi = mean_cs(values, weights, alpha)
+    return 2.0 * lo - 1.0, 2.0 * hi - 1.0
+
+
+def proportion_cs(k: int, n: int, alpha: float = ALPHA) -> tuple[float, float]:
+    """Anytime-valid (lower, upper) bounds on a proportion from k successes in n trials."""
+    return mean_cs(np.array([0.0, 1.0]), np.array([n - k, k], dtype=float), alpha)
+
+
+def decided(values: np.ndarray, weights: np.ndarray, m: float, alpha: float = ALPHA) -> np.ndarray:
+    """Whether the mean is known to be above or below ``m`` (either bound excludes it), per batch row."""
+    return rejects(values, weights, m, False, alpha) | rejects(values, weights, m, True, alpha)
+
+
+def more_needed(values: np.ndarray, weights: np.ndarray, m: float, alpha: float = ALPHA,
+                cap: int = MAX_MORE) -> int:
+    """About how many more observations would decide "mean vs m" if the observed ones kept their mix.
+
+    Extrapolation: the sample seen so far is replicated to N observations (every count scaled by N / n, so
+    the log-capital of each bet scales by N / n); the estimate is the smallest such N that excludes ``m``,
+    minus n. At least 1; ``cap`` when even ``cap`` more would not decide (the observed mean sits on m).
+    """
+    w = np.asarray(weights, dtype=float)
+    n = float(w.sum())
+    if n <= 0:
+        return cap
+    if decided(values, w, m, alpha):
+        return 0
+
+    def ok(total: int) -> bool:
+        return bool(decided(values, w * (total / n), m, alpha))
+
+    lo, hi = int(n), int(n) + 1
+    while not ok(hi):
+        lo, hi = hi, 2 * hi
+        if hi - n > cap:
+            return cap
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return max(1, hi - int(n))
