@@ -35,27 +35,43 @@ def _needle_samples() -> list[SampleResult]:
 
 
 def _stat(variant: str, task: str, delta: float, lo: float, hi: float, slice_: str = "all",
-          rw: int = 0, wr: int = 0) -> PairedStats:
-    return PairedStats(variant, task, slice_, 30, 0.8, 0.8 + delta, delta, lo, hi, True, rw, wr, 0.5, 0.9,
-                       kld_mean=0.012, kld_p99=0.2, kld_max=0.9, top1_agreement=0.97)
+          rw: int = 0, wr: int = 0, n: int = 30, metrics: dict | None = None) -> PairedStats:
+    return PairedStats(variant, task, slice_, n, 0.8, 0.8 + delta, delta, lo, hi, True, rw, wr, 0.5, 0.9,
+                       kld_mean=0.012, kld_p99=0.2, kld_max=0.9, top1_agreement=0.97, metrics=metrics or {})
+
+
+def _json_metrics(field_accuracy: float, valid: float) -> dict:
+    return {"field_accuracy": {"baseline": 0.9, "variant": field_accuracy, "delta": field_accuracy - 0.9, "n": 30.0},
+            "valid": {"baseline": 1.0, "variant": valid, "delta": valid - 1.0, "n": 28.0}}
 
 
 def crafted_report() -> dict:
-    """Baseline bf16; w8 passes, w4g128 fails needle@4096, w4g128+kv4g32 is inconclusive on gsm."""
+    """Baseline bf16; w8 passes, w4g128 fails needle@4096, w4g128+kv4g32 is inconclusive on gsm (≈+60 samples to
+    decide). json carries secondary metrics; w8 has a sparse gsm slice (n=4 < min_samples 10) and per-item json
+    slices (one sample each), neither gated."""
     checks = [
-        CheckResult("w8", "gsm", "all", "max_drop", 0.05, 0.0, "PASS", "Δ CI low -0.03 >= -0.05", (-0.03, 0.03)),
-        CheckResult("w8", "needle", "all", "max_drop", 0.05, 0.0, "PASS", "no drop", (0.0, 0.0)),
+        CheckResult("w8", "gsm", "all", "max_drop", 0.05, 0.0, "PASS", "Δ CI low -0.03 >= -0.05", (-0.03, 0.03), 30),
+        CheckResult("w8", "needle", "all", "max_drop", 0.05, 0.0, "PASS", "no drop", (0.0, 0.0), 30),
+        CheckResult("w8", "json", "all", "max_drop", 0.05, 0.0, "PASS", "json: no drop", (-0.02, 0.02), 30),
         CheckResult("w4g128", "needle", "context_len=4096", "max_drop", 0.05, -0.5, "FAIL",
-                    "needle context_len=4096: Δ -0.50 CI [-0.83, -0.17] < -0.05 & <worse>", (-0.83, -0.17)),
-        CheckResult("w4g128", "gsm", "all", "max_flip_rate", 0.2, 0.1, "PASS", "flip rate 0.10 <= 0.20"),
+                    "needle context_len=4096: Δ -0.50 CI [-0.83, -0.17] < -0.05 & <worse>", (-0.83, -0.17), 10),
+        CheckResult("w4g128", "gsm", "all", "max_flip_rate", 0.2, 0.1, "PASS", "flip rate 0.10 <= 0.20", None, 30),
+        CheckResult("w4g128", "json", "all", "max_drop", 0.05, -0.01, "PASS", "json: small drop", (-0.04, 0.02), 30),
         CheckResult("w4g128+kv4g32", "gsm", "all", "max_drop", 0.05, -0.02, "INCONCLUSIVE",
-                    "CI [-0.12, 0.08] straddles -0.05: need more samples", (-0.12, 0.08)),
+                    "CI [-0.12, 0.08] straddles -0.05: need more samples", (-0.12, 0.08), 30, 60),
+        CheckResult("w4g128+kv4g32", "json", "all", "max_drop", 0.05, -0.02, "PASS", "json: within", (-0.04, 0.0),
+                    30),
     ]
     gate = GateResult(checks, {"w8": "PASS", "w4g128": "FAIL", "w4g128+kv4g32": "INCONCLUSIVE"}, "FAIL", 1)
     stats = [_stat("w8", "gsm", 0.0, -0.03, 0.03, rw=1, wr=1), _stat("w8", "needle", 0.0, 0.0, 0.0),
+             _stat("w8", "gsm", 0.0, -0.2, 0.2, "steps=2", n=4),
+             _stat("w8", "json", 0.0, -0.02, 0.02, metrics=_json_metrics(0.9, 1.0)),
+             _stat("w8", "json", 0.0, 0.0, 0.0, "schema=s1", n=1), _stat("w8", "json", 0.0, 0.0, 0.0, "schema=s2", n=1),
              _stat("w4g128", "needle", -0.17, -0.3, -0.05, rw=3), _stat("w4g128", "gsm", -0.03, -0.1, 0.03, rw=2),
-             _stat("w4g128", "needle", -0.5, -0.83, -0.17, "context_len=4096", rw=3),
-             _stat("w4g128+kv4g32", "gsm", -0.02, -0.12, 0.08, rw=3, wr=2)]
+             _stat("w4g128", "needle", -0.5, -0.83, -0.17, "context_len=4096", rw=3, n=10),
+             _stat("w4g128", "json", -0.01, -0.04, 0.02, metrics=_json_metrics(0.85, 0.95)),
+             _stat("w4g128+kv4g32", "gsm", -0.02, -0.12, 0.08, rw=3, wr=2),
+             _stat("w4g128+kv4g32", "json", -0.02, -0.04, 0.0, metrics=_json_metrics(0.8, 1.0))]
     variants = [VariantInfo("bf16", {"name": "bf16"}, 269_060_000, 269_030_016, 30720.0, 30720.0, 0.05, 0.06),
                 VariantInfo("w8", {"name": "w8"}, 162_000_000, 161_900_000, 30720.0, 30720.0, 0.07, 0.08),
                 VariantInfo("w4g128", {"name": "w4g128"}, 110_000_000, 109_000_000, 30720.0, 30720.0, 0.09, 0.1),
@@ -69,7 +85,10 @@ def crafted_report() -> dict:
                         model={"name": "SmolLM2 <135M>", "fingerprint": "abc123", "dtype": "bfloat16"},
                         baseline="bf16", gate=gate, variants=variants, stats=stats,
                         needle_grid=needle_grid(_needle_samples()), flips=flips,
-                        tasks={"needle": "1", "gsm": "2"}, noise_floor=[_stat("bf16", "gsm", 0.0, -0.02, 0.02)])
+                        tasks={"needle": "1", "gsm": "2", "json": "1"},
+                        noise_floor=[_stat("bf16", "gsm", 0.0, -0.02, 0.02)],
+                        policy={"source": "<test>", "on_inconclusive": "fail",
+                                "defaults": {"max_drop": 0.05, "min_samples": 10}, "tasks": {}})
     return model.to_dict()
 
 
