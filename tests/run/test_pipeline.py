@@ -44,7 +44,7 @@ def test_report_files_are_written(stored_run, tmp_path):
     out = write_report(stored_run, gated, tmp_path / "reports")
     assert {p.name for p in out.iterdir()} == {"index.html", "summary.md", "results.json", "junit.xml"}
     results = json.loads((out / "results.json").read_text())
-    assert results["schema_version"] == 1 and results["baseline"] == "bf16"
+    assert results["schema_version"] == 2 and results["baseline"] == "bf16" and results["policy"]["defaults"]
     assert {v["variant"] for v in results["variants"]} == {"bf16", "noop", "w2g32"}
     assert results["overall"] == gated.gate.overall
     assert not list((tmp_path / "reports").glob(".*")), "no temporary folder left behind"
