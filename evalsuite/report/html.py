@@ -147,8 +147,8 @@ def _flip_card(f: dict[str, Any]) -> str:
     label = "right → wrong" if direction == "rw" else "wrong → right"
     return (f'<div class="flip" data-variant="{e(f["variant"])}" data-task="{e(f["task"])}" '
             f'data-dir="{direction}"><header><b>{e(f["variant"])}</b><b>{e(f["task"])}</b>'
-            f'sample <code>{e(f["sample_id"])}</code> · <span class="dir-{direction}">{label}</span> · score {fmt_num(f["baseline_score"], 2)} → '
-            f'{fmt_num(f["variant_score"], 2)}</header>'
+            f'sample <code>{e(f["sample_id"])}</code> · <span class="dir-{direction}">{label}</span> · score '
+            f'{fmt_num(f["baseline_score"], 2)} → {fmt_num(f["variant_score"], 2)}</header>'
             f'<details><summary>prompt</summary><pre>{e(f["prompt"])}</pre></details><div class="pair">'
             f'<div><h4>baseline ({fmt_num(f["baseline_score"], 2)})</h4><pre>{e(f["baseline_output"])}</pre></div>'
             f'<div><h4>variant ({fmt_num(f["variant_score"], 2)})</h4><pre>{e(f["variant_output"])}</pre></div>'
@@ -166,9 +166,10 @@ def _flips_section(r: dict[str, Any]) -> str:
         return '<h2 id="flips">Flipped samples</h2><p class="note">No flipped samples.</p>'
     shown = flips[:MAX_FLIPS]
     note = (f'<p class="note">First {MAX_FLIPS} of {len(flips)} flips shown.</p>' if len(flips) > MAX_FLIPS else "")
+    variants = _options(sorted({f["variant"] for f in shown}), "all")
     controls = (
         '<div class="controls">'
-        f'<label>variant <select id="f-variant">{_options(sorted({f["variant"] for f in shown}), "all")}</select></label>'
+        f'<label>variant <select id="f-variant">{variants}</select></label>'
         f'<label>task <select id="f-task">{_options(sorted({f["task"] for f in shown}), "all")}</select></label>'
         '<label>direction <select id="f-dir"><option value="">both</option><option value="rw">right → wrong'
         '</option><option value="wr">wrong → right</option></select></label>'

@@ -1,7 +1,8 @@
 """The generated index.html in a real headless Chromium (Debian's ``chromium`` package), driven over the
 DevTools protocol on ``--remote-debugging-pipe`` (no extra dependency): no console errors or exceptions, no
 request leaves file:/data:, every embedded plot decodes, the flip browser filters, the sparse-slice toggle opens,
-and the first screen (1280×800) holds one verdict card per variant. Install: ``apt-get update && apt-get install -y chromium``."""
+and the first screen (1280×800) holds one verdict card per variant.
+Install: ``apt-get update && apt-get install -y chromium``."""
 from __future__ import annotations
 
 import base64
