@@ -47,13 +47,12 @@ def report_model(store: Store, gated: GatedRun) -> ReportModel:
         model={"name": meta.get("model_name"), "fingerprint": meta.get("fingerprint"), "dtype": meta.get("dtype")},
         baseline=gated.baseline, gate=gated.gate, variants=[infos[n] for n in names if n in infos],
         stats=gated.stats, needle_grid=needle_grid(needle_rows), flips=flips[:MAX_FLIPS],
-        tasks=dict(meta.get("task_versions", {})), noise_floor=gated.noise)
+        tasks=dict(meta.get("task_versions", {})), noise_floor=gated.noise, policy=gated.policy.to_dict())
 
 
 def write_report(store: Store, gated: GatedRun, out_root: Path) -> Path:
     """Render every format into ``out_root/<run>/``; nothing half-written (temp folder, then rename)."""
     report = report_model(store, gated).to_dict()
-    report["policy"] = gated.policy.to_dict()
     target = Path(out_root) / report["run_id"]
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{report['run_id']}-"))

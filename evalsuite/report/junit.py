@@ -25,7 +25,9 @@ def _case(suite: ET.Element, c: dict[str, Any]) -> None:
     name = f"{c['task']}[{c['slice']}] {c['check']}"
     case = ET.SubElement(suite, "testcase", name=name, classname=f"evalsuite.gate.{c['variant']}", time="0")
     detail = (f"observed={c['observed']} threshold={c['threshold']}"
-              + (f" ci=[{c['ci'][0]}, {c['ci'][1]}]" if c.get("ci") else "") + f" verdict={c['verdict']}")
+              + (f" ci=[{c['ci'][0]}, {c['ci'][1]}]" if c.get("ci") else "") + f" verdict={c['verdict']}"
+              + (f" n={c['n']}" if c.get("n") else "")
+              + (f" more_needed={c['more_needed']}" if c.get("more_needed") is not None else ""))
     if c["verdict"] == "FAIL":
         ET.SubElement(case, "failure", message=c["reason"], type="FAIL").text = detail
     elif c["verdict"] == "INCONCLUSIVE":

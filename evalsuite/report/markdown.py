@@ -1,8 +1,11 @@
-"""``summary.md`` from a report dict: the overall verdict, the verdict table, memory/speed and the top reasons."""
+"""``summary.md`` from a report dict: the overall verdict, the decision per variant, a variants × tasks grid,
+the verdict table (sparse slices left out), secondary metrics, memory/speed and the top reasons."""
 from __future__ import annotations
 
 from typing import Any
 
+from evalsuite.report.digest import (metric_names, metric_rows, split_rows, task_decision, task_names,
+                                     variant_cards)
 from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_delta, fmt_ms, fmt_num,
                                     ordered_reasons, sorted_stats)
 
@@ -17,14 +20,69 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
     return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
 
 
-def _verdict_rows(r: dict[str, Any]) -> list[list[Any]]:
+def _pct(ratio: float | None) -> str:
+    if ratio is None:
+        return ""
+    return " (same)" if abs(ratio - 1) < 0.005 else f" ({(ratio - 1) * 100:+.0f}%)"
+
+
+def _decision_lines(r: dict[str, Any]) -> list[str]:
+    """One bullet per variant: verdict, bytes and speed vs the baseline, the reasons that decided it."""
+    out = []
+    for c in variant_cards(r):
+        w, kv, ttft, itl = c["weights"], c["kv"], c["ttft"], c["itl"]
+        speed = ", ".join(f"{name} {x['ratio']:.2f}×" for name, x in (("TTFT", ttft), ("ITL", itl)) if x["ratio"])
+        facts = [f"weights {fmt_bytes(w['value'])}{_pct(w['ratio'])}",
+                 ("KV —" if kv["value"] is None else f"KV {kv['value']:,.0f} B/token{_pct(kv['ratio'])}")]
+        facts += [speed] if speed else []
+        reasons = "; ".join(_cell(x["reason"]) + (f" (≈+{x['more_needed']} samples to decide)"
+                                                  if x.get("more_needed") else "") for x in c["reasons"])
+        out.append(f"- **{c['verdict'] or '—'}** `{c['variant']}` — {' · '.join(facts)}"
+                   + (f" — {reasons}" if reasons else f" — {c['passed']} of {c['checks']} checks pass"))
+    return out or ["- no variants besides the baseline"]
+
+
+def _grid_text(d: dict[str, Any] | None) -> str:
+    """``-0.170 [-0.300, -0.050] FAIL n=30`` (+ ``≈+60`` samples to decide) for one grid cell."""
+    if d is None:
+        return "—"
+    s = d["stat"]
+    delta = fmt_delta(s["delta"], s["ci_low"], s["ci_high"]) if s else "no paired samples"
+    n_all = s["n"] if s else None
+    where = (f" in {', '.join(d['slices'])} (n={d['n'] or '?'})" if d["slices"] and d["verdict"] != "PASS"
+             else "")
+    more = f" ≈+{d['more_needed']} to decide" if d["more_needed"] else ""
+    return f"{delta} n={n_all or d['n'] or '?'} {d['verdict'] or ''}{where}{more}"
+
+
+def _grid(r: dict[str, Any]) -> list[str]:
+    """Variants × tasks: Δ [CI] of slice all, the task verdict, n and samples still needed."""
+    tasks = task_names(r)
+    variants = [x["variant"] for x in r["variants"] if x["variant"] != r["baseline"]]
+    rows = [[v, *(_grid_text(task_decision(r, v, t)) for t in tasks)] for v in variants]
+    return _table(["variant", *tasks], rows) if tasks and rows else []
+
+
+def _metric_tables(r: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for task in task_names(r):
+        rows = metric_rows(r, task)
+        names = metric_names(rows)
+        cells = [[s["variant"], s["n"]] + [("—" if (m := s["metrics"].get(name)) is None else
+                                            f"{m['baseline']:.3f} → {m['variant']:.3f} ({m['delta']:+.3f})")
+                                           for name in names] for s in rows]
+        out += ([f"### {_cell(task)}", ""] + _table(["variant", "n", *names], cells) + [""]) if rows else []
+    return (["## Secondary metrics (baseline → variant)", ""] + out) if out else []
+
+
+def _verdict_rows(r: dict[str, Any], stats: list[dict[str, Any]]) -> list[list[Any]]:
     rows = []
-    for s in sorted_stats(r):
+    for s in stats:
         kld = fmt_num(s.get("kld_mean"), 4)
         verdict = cell_verdict(r["checks"], s["variant"], s["task"], s["slice"]) or "—"
         rows.append([s["variant"], s["task"], s["slice"], s["n"], fmt_num(s["baseline_mean"]),
                      fmt_num(s["variant_mean"]), fmt_delta(s["delta"], s["ci_low"], s["ci_high"]),
-                     f"{s['flips_right_to_wrong']}/{s['flips_wrong_to_right']}", kld, verdict])
+                     f"{s.get('flips_right_to_wrong', 0)}/{s.get('flips_wrong_to_right', 0)}", kld, verdict])
     return rows
 
 
@@ -45,10 +103,15 @@ def render_markdown(report: dict[str, Any], max_reasons: int = 10) -> str:
     out = [f"# evalsuite: {_cell(m.get('name', '?'))} — **{r['overall']}** (exit {r['exit_code']})", "",
            f"Run `{r['run_id']}` · {r['created']} · fingerprint `{m.get('fingerprint', '?')}` · "
            f"baseline `{r['baseline']}` · tasks: "
-           + (", ".join(f"{k} v{v}" for k, v in sorted(r["tasks"].items())) or "—"), "", "## Verdicts", ""]
+           + (", ".join(f"{k} v{v}" for k, v in sorted(r["tasks"].items())) or "—"), "", "## Decision", ""]
+    out += _decision_lines(r) + [""] + _grid(r) + ["", "## Verdicts", ""]
+    shown, hidden = split_rows(r, sorted_stats(r))
     out += _table(["variant", "task", "slice", "n", "baseline", "variant", "Δ [95% CI]", "flips R→W/W→R",
-                   "KLD mean", "verdict"], _verdict_rows(r))
-    out += ["", "## Memory and speed", ""]
+                   "KLD mean", "verdict"], _verdict_rows(r, shown))
+    if hidden:
+        out += ["", f"{len(hidden)} more slice rows (n below the policy's min_samples, or one sample per slice) "
+                    "are in results.json and index.html."]
+    out += ["", *_metric_tables(r), "## Memory and speed", ""]
     out += _table(["variant", "verdict", "weights", "KV B/token", "TTFT", "ITL"], _memory_rows(r))
     reasons = ordered_reasons(r["checks"], max_reasons)
     out += ["", "## Top reasons", ""]

@@ -1,18 +1,22 @@
 """The report model: a versioned, JSON-able dict that the HTML/Markdown/JUnit renderers read.
 
-Shape (``schema_version`` 1)::
+Shape (``schema_version`` 2)::
 
-    {"schema_version": 1, "run_id": str, "created": str (ISO 8601),
+    {"schema_version": 2, "run_id": str, "created": str (ISO 8601),
      "model": {"name", "fingerprint", "dtype"}, "baseline": variant name,
      "overall": "PASS"|"FAIL"|"INCONCLUSIVE", "exit_code": int,
-     "variants": [VariantInfo.to_dict() + {"verdict"}], "stats": [PairedStats.to_dict()],
-     "checks": [CheckResult.to_dict()],
+     "variants": [VariantInfo.to_dict() + {"verdict"}],
+     "stats": [PairedStats.to_dict()],  # + "metrics": {name: {"baseline", "variant", "delta", "n"}}
+     "checks": [CheckResult.to_dict()],  # + "n" (paired samples used), "more_needed" (int | None)
+     "policy": Policy.to_dict() | None,
      "needle_grid": {variant: {"context_len": [..], "depth": [..], "score": [[per depth row, per context col]]}},
      "flips": [{"variant", "task", "sample_id", "prompt", "baseline_output", "variant_output",
                 "baseline_score", "variant_score"}],
      "tasks": {name: version}, "noise_floor": [PairedStats.to_dict()] (optional)}
 
 ``score[i][j]`` is the mean score at ``depth[i]`` and ``context_len[j]`` (``None`` where no sample fell).
+Version 2 added ``stats[].metrics``, ``checks[].n``, ``checks[].more_needed`` and ``policy``; a version-1 dict
+is still accepted by the renderers (those keys filled with empty values).
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ from evalsuite.run.records import SampleResult, VariantInfo
 from evalsuite.gate.types import GateResult
 from evalsuite.stats.types import PairedStats
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 REQUIRED = ("schema_version", "run_id", "created", "model", "baseline", "overall", "exit_code", "variants",
             "stats", "checks")
 
@@ -62,6 +67,7 @@ class ReportModel:
     flips: list[Flip] = field(default_factory=list)
     tasks: dict[str, str] = field(default_factory=dict)
     noise_floor: list[PairedStats] | None = None
+    policy: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -71,24 +77,28 @@ class ReportModel:
             "variants": [{**v.to_dict(), "verdict": self.gate.variant_verdicts.get(v.variant)}
                          for v in self.variants],
             "stats": [s.to_dict() for s in self.stats], "checks": [c.to_dict() for c in self.gate.checks],
-            "needle_grid": self.needle_grid, "flips": [f.to_dict() for f in self.flips], "tasks": dict(self.tasks)}
+            "needle_grid": self.needle_grid, "flips": [f.to_dict() for f in self.flips], "tasks": dict(self.tasks),
+            "policy": self.policy}
         if self.noise_floor is not None:
             d["noise_floor"] = [s.to_dict() for s in self.noise_floor]
         return d
 
 
 def check_report(report: dict[str, Any]) -> dict[str, Any]:
-    """Raise a one-line EvalsuiteError unless ``report`` is a schema-1 report dict; fill optional keys."""
+    """Raise a one-line EvalsuiteError unless ``report`` is a readable report dict; fill optional keys."""
     if not isinstance(report, dict):
         raise EvalsuiteError(f"report must be a dict, got {type(report).__name__}")
     missing = [k for k in REQUIRED if k not in report]
     if missing:
         raise EvalsuiteError(f"report is missing {', '.join(missing)}")
-    if report["schema_version"] != SCHEMA_VERSION:
-        raise EvalsuiteError(f"report schema_version {report['schema_version']!r} is not {SCHEMA_VERSION}")
+    if report["schema_version"] not in READABLE_VERSIONS:
+        raise EvalsuiteError(f"report schema_version {report['schema_version']!r} is not one of "
+                             f"{', '.join(map(str, READABLE_VERSIONS))}")
     out = dict(report)
-    for key, empty in (("needle_grid", {}), ("flips", []), ("tasks", {}), ("noise_floor", None)):
+    for key, empty in (("needle_grid", {}), ("flips", []), ("tasks", {}), ("noise_floor", None), ("policy", None)):
         out.setdefault(key, empty)
+    out["stats"] = [{"metrics": {}, **s} for s in out["stats"]]
+    out["checks"] = [{"n": 0, "more_needed": None, **c} for c in out["checks"]]
     return out
 
 

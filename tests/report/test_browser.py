@@ -1,6 +1,7 @@
 """The generated index.html in a real headless Chromium (Debian's ``chromium`` package), driven over the
 DevTools protocol on ``--remote-debugging-pipe`` (no extra dependency): no console errors or exceptions, no
-request leaves file:/data:, every embedded plot decodes, the flip browser filters, and a screenshot is a PNG.
+request leaves file:/data:, every embedded plot decodes, the flip browser filters, the sparse-slice toggle opens,
+and the first screen (1280×800) holds one verdict card per variant.
 Install: ``apt-get update && apt-get install -y chromium``."""
 from __future__ import annotations
 
@@ -108,15 +109,17 @@ def _problems(events: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def load_page(html_path: Path, user_dir: Path, script: list[str]) -> tuple[list[Any], list[str], list[str], bytes]:
-    """Open the page; return the values of ``script`` expressions, problems, request URLs and a screenshot."""
+def load_page(html_path: Path, user_dir: Path, script: list[str],
+              height: int = 2000) -> tuple[list[Any], list[str], list[str], bytes]:
+    """Open the page in a 1280×``height`` viewport; return the values of ``script`` expressions, problems, request
+    URLs and a screenshot of the viewport (taken after the scripts ran)."""
     pipe = Pipe(user_dir)
     try:
         target = next(t for t in pipe.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
         sid = pipe.call("Target.attachToTarget", targetId=target["targetId"], flatten=True)["sessionId"]
         for domain in ("Runtime", "Log", "Page", "Network"):
             pipe.call(f"{domain}.enable", sid)
-        pipe.call("Emulation.setDeviceMetricsOverride", sid, width=1280, height=2000, deviceScaleFactor=1,
+        pipe.call("Emulation.setDeviceMetricsOverride", sid, width=1280, height=height, deviceScaleFactor=1,
                   mobile=False)
         pipe.call("Page.navigate", sid, url=html_path.as_uri())
         pipe.wait_event("Page.loadEventFired")
@@ -161,6 +164,50 @@ def test_report_page_loads_clean_and_filters(tmp_path):
     assert urls and all(u.startswith(("file:", "data:")) for u in urls), urls
     assert shot.startswith(b"\x89PNG\r\n\x1a\n") and len(shot) > 10_000
     (tmp_path / "screenshot.png").write_bytes(shot)
+
+
+CARDS_JS = """JSON.stringify(Array.from(document.querySelectorAll('.card')).map(c => {
+  const b = c.getBoundingClientRect();
+  return {variant: c.getAttribute('data-variant'), top: b.top, bottom: b.bottom, left: b.left, right: b.right,
+          verdict: c.querySelector('.verdict').textContent, cls: c.className,
+          reasons: c.querySelectorAll('.reasons li').length};
+}))"""
+TOGGLE_JS = """(() => {
+  const d = document.getElementById('hidden-slices'), row = d.querySelector('tbody tr');
+  const before = row.checkVisibility();
+  d.querySelector('summary').click();
+  return [before, row.checkVisibility(), d.open];
+})()"""
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def test_first_screen_leads_with_the_decision(tmp_path):
+    """At 1280×800, without scrolling: one card per variant, fully visible, with its verdict and reasons, and the
+    variants × tasks grid starts on screen. The screenshot goes to $REPORT_SCREENSHOT when set."""
+    report = crafted_report()
+    page = tmp_path / "index.html"
+    page.write_text(render_html(report), encoding="utf-8")
+    script = [CARDS_JS, "document.getElementById('grid').getBoundingClientRect().top", "window.innerHeight",
+              "document.scrollingElement.scrollTop", TOGGLE_JS]
+    values, problems, _, shot = load_page(page, tmp_path / "profile", script, height=800)
+    assert problems == []
+    cards, grid_top, inner_h, scroll = json.loads(values[0]), values[1], values[2], values[3]
+    assert inner_h == 800 and scroll == 0
+    verdicts = {v["variant"]: v["verdict"] for v in report["variants"] if v["variant"] != report["baseline"]}
+    assert [c["variant"] for c in cards] == list(verdicts)  # one card per variant, baseline excluded
+    for c in cards:
+        assert 0 <= c["top"] and c["bottom"] <= 800 and c["right"] <= 1280, c  # the whole card on the first screen
+        assert c["verdict"] == verdicts[c["variant"]] and f"v-{c['verdict']}" in c["cls"].split()
+        assert c["reasons"] >= 1
+    assert grid_top < 800
+    assert values[4] == [False, True, True]  # the sparse slice rows are hidden until the toggle opens
+    assert shot.startswith(b"\x89PNG\r\n\x1a\n") and _png_size(shot) == (1280, 800)
+    (tmp_path / "first-screen.png").write_bytes(shot)
+    if os.environ.get("REPORT_SCREENSHOT"):
+        Path(os.environ["REPORT_SCREENSHOT"]).write_bytes(shot)
 
 
 def test_detector_sees_errors_and_blocked_requests(tmp_path):

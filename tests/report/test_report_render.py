@@ -35,27 +35,43 @@ def _needle_samples() -> list[SampleResult]:
 
 
 def _stat(variant: str, task: str, delta: float, lo: float, hi: float, slice_: str = "all",
-          rw: int = 0, wr: int = 0) -> PairedStats:
-    return PairedStats(variant, task, slice_, 30, 0.8, 0.8 + delta, delta, lo, hi, True, rw, wr, 0.5, 0.9,
-                       kld_mean=0.012, kld_p99=0.2, kld_max=0.9, top1_agreement=0.97)
+          rw: int = 0, wr: int = 0, n: int = 30, metrics: dict | None = None) -> PairedStats:
+    return PairedStats(variant, task, slice_, n, 0.8, 0.8 + delta, delta, lo, hi, True, rw, wr, 0.5, 0.9,
+                       kld_mean=0.012, kld_p99=0.2, kld_max=0.9, top1_agreement=0.97, metrics=metrics or {})
+
+
+def _json_metrics(field_accuracy: float, valid: float) -> dict:
+    return {"field_accuracy": {"baseline": 0.9, "variant": field_accuracy, "delta": field_accuracy - 0.9, "n": 30.0},
+            "valid": {"baseline": 1.0, "variant": valid, "delta": valid - 1.0, "n": 28.0}}
 
 
 def crafted_report() -> dict:
-    """Baseline bf16; w8 passes, w4g128 fails needle@4096, w4g128+kv4g32 is inconclusive on gsm."""
+    """Baseline bf16; w8 passes, w4g128 fails needle@4096, w4g128+kv4g32 is inconclusive on gsm (≈+60 samples to
+    decide). json carries secondary metrics; w8 has a sparse gsm slice (n=4 < min_samples 10) and per-item json
+    slices (one sample each), neither gated."""
     checks = [
-        CheckResult("w8", "gsm", "all", "max_drop", 0.05, 0.0, "PASS", "Δ CI low -0.03 >= -0.05", (-0.03, 0.03)),
-        CheckResult("w8", "needle", "all", "max_drop", 0.05, 0.0, "PASS", "no drop", (0.0, 0.0)),
+        CheckResult("w8", "gsm", "all", "max_drop", 0.05, 0.0, "PASS", "Δ CI low -0.03 >= -0.05", (-0.03, 0.03), 30),
+        CheckResult("w8", "needle", "all", "max_drop", 0.05, 0.0, "PASS", "no drop", (0.0, 0.0), 30),
+        CheckResult("w8", "json", "all", "max_drop", 0.05, 0.0, "PASS", "json: no drop", (-0.02, 0.02), 30),
         CheckResult("w4g128", "needle", "context_len=4096", "max_drop", 0.05, -0.5, "FAIL",
-                    "needle context_len=4096: Δ -0.50 CI [-0.83, -0.17] < -0.05 & <worse>", (-0.83, -0.17)),
-        CheckResult("w4g128", "gsm", "all", "max_flip_rate", 0.2, 0.1, "PASS", "flip rate 0.10 <= 0.20"),
+                    "needle context_len=4096: Δ -0.50 CI [-0.83, -0.17] < -0.05 & <worse>", (-0.83, -0.17), 10),
+        CheckResult("w4g128", "gsm", "all", "max_flip_rate", 0.2, 0.1, "PASS", "flip rate 0.10 <= 0.20", None, 30),
+        CheckResult("w4g128", "json", "all", "max_drop", 0.05, -0.01, "PASS", "json: small drop", (-0.04, 0.02), 30),
         CheckResult("w4g128+kv4g32", "gsm", "all", "max_drop", 0.05, -0.02, "INCONCLUSIVE",
-                    "CI [-0.12, 0.08] straddles -0.05: need more samples", (-0.12, 0.08)),
+                    "CI [-0.12, 0.08] straddles -0.05: need more samples", (-0.12, 0.08), 30, 60),
+        CheckResult("w4g128+kv4g32", "json", "all", "max_drop", 0.05, -0.02, "PASS", "json: within", (-0.04, 0.0),
+                    30),
     ]
     gate = GateResult(checks, {"w8": "PASS", "w4g128": "FAIL", "w4g128+kv4g32": "INCONCLUSIVE"}, "FAIL", 1)
     stats = [_stat("w8", "gsm", 0.0, -0.03, 0.03, rw=1, wr=1), _stat("w8", "needle", 0.0, 0.0, 0.0),
+             _stat("w8", "gsm", 0.0, -0.2, 0.2, "steps=2", n=4),
+             _stat("w8", "json", 0.0, -0.02, 0.02, metrics=_json_metrics(0.9, 1.0)),
+             _stat("w8", "json", 0.0, 0.0, 0.0, "schema=s1", n=1), _stat("w8", "json", 0.0, 0.0, 0.0, "schema=s2", n=1),
              _stat("w4g128", "needle", -0.17, -0.3, -0.05, rw=3), _stat("w4g128", "gsm", -0.03, -0.1, 0.03, rw=2),
-             _stat("w4g128", "needle", -0.5, -0.83, -0.17, "context_len=4096", rw=3),
-             _stat("w4g128+kv4g32", "gsm", -0.02, -0.12, 0.08, rw=3, wr=2)]
+             _stat("w4g128", "needle", -0.5, -0.83, -0.17, "context_len=4096", rw=3, n=10),
+             _stat("w4g128", "json", -0.01, -0.04, 0.02, metrics=_json_metrics(0.85, 0.95)),
+             _stat("w4g128+kv4g32", "gsm", -0.02, -0.12, 0.08, rw=3, wr=2),
+             _stat("w4g128+kv4g32", "json", -0.02, -0.04, 0.0, metrics=_json_metrics(0.8, 1.0))]
     variants = [VariantInfo("bf16", {"name": "bf16"}, 269_060_000, 269_030_016, 30720.0, 30720.0, 0.05, 0.06),
                 VariantInfo("w8", {"name": "w8"}, 162_000_000, 161_900_000, 30720.0, 30720.0, 0.07, 0.08),
                 VariantInfo("w4g128", {"name": "w4g128"}, 110_000_000, 109_000_000, 30720.0, 30720.0, 0.09, 0.1),
@@ -69,7 +85,10 @@ def crafted_report() -> dict:
                         model={"name": "SmolLM2 <135M>", "fingerprint": "abc123", "dtype": "bfloat16"},
                         baseline="bf16", gate=gate, variants=variants, stats=stats,
                         needle_grid=needle_grid(_needle_samples()), flips=flips,
-                        tasks={"needle": "1", "gsm": "2"}, noise_floor=[_stat("bf16", "gsm", 0.0, -0.02, 0.02)])
+                        tasks={"needle": "1", "gsm": "2", "json": "1"},
+                        noise_floor=[_stat("bf16", "gsm", 0.0, -0.02, 0.02)],
+                        policy={"source": "<test>", "on_inconclusive": "fail",
+                                "defaults": {"max_drop": 0.05, "min_samples": 10}, "tasks": {}})
     return model.to_dict()
 
 
@@ -84,7 +103,13 @@ def page(report) -> str:
 
 
 def test_report_model_shape_and_needle_grid(report):
-    assert report["schema_version"] == SCHEMA_VERSION and report["overall"] == "FAIL"
+    assert report["schema_version"] == SCHEMA_VERSION == 2 and report["overall"] == "FAIL"
+    assert report["policy"]["defaults"]["min_samples"] == 10
+    kv_gsm = next(c for c in report["checks"] if c["variant"] == "w4g128+kv4g32" and c["task"] == "gsm")
+    assert kv_gsm["n"] == 30 and kv_gsm["more_needed"] == 60
+    json_w4 = next(s for s in report["stats"] if s["variant"] == "w4g128" and s["task"] == "json")
+    assert json_w4["metrics"]["field_accuracy"] == {"baseline": 0.9, "variant": 0.85, "delta": pytest.approx(-0.05),
+                                                    "n": 30.0}
     assert [v["verdict"] for v in report["variants"]] == [None, "PASS", "FAIL", "INCONCLUSIVE"]
     grid = report["needle_grid"]["w4g128"]
     assert grid["context_len"] == [1024, 2048, 4096] and grid["depth"] == [0.0, 0.5, 1.0]
@@ -138,20 +163,40 @@ def test_junit_one_case_per_check(report):
     assert "<worse>" in root.find(".//failure").get("message")  # round-trips through XML escaping
     assert {s.get("name") for s in root.findall("testsuite")} == {
         "evalsuite.gate.w8", "evalsuite.gate.w4g128", "evalsuite.gate.w4g128+kv4g32"}
-    odd = {**report, "checks": [{**report["checks"][2], "reason": "bell\x07 and nul\x00 dropped"}]}
+    assert "verdict=FAIL n=10" in root.find(".//failure").text
+    assert "more_needed=60" in root.find(".//skipped/../system-out").text
+    failing = next(c for c in report["checks"] if c["verdict"] == "FAIL")
+    odd = {**report, "checks": [{**failing, "reason": "bell\x07 and nul\x00 dropped"}]}
     assert ET.fromstring(render_junit(odd)).find(".//failure").get("message") == "bell and nul dropped"
 
 
 def test_markdown_tables_and_reasons(report):
     md = render_markdown(report)
     assert md.startswith("# evalsuite: SmolLM2 <135M> — **FAIL** (exit 1)")
-    rows = [line for line in md.splitlines() if line.startswith("| w")]
-    assert len(rows) == len(report["stats"]) + 3  # verdict rows + memory rows of the 3 variants
-    assert "| w4g128 | needle | context_len=4096 | 30 | 0.800 | 0.300 | -0.500 [-0.830, -0.170] | 3/0 |" in md
+    verdicts = md.split("## Verdicts", 1)[1].split("##", 1)[0]
+    rows = [line for line in verdicts.splitlines() if line.startswith("| w")]
+    assert len(rows) == len(report["stats"]) - 3  # the sparse gsm slice and the two per-item json slices left out
+    assert "| w4g128 | needle | context_len=4096 | 10 | 0.800 | 0.300 | -0.500 [-0.830, -0.170] | 3/0 |" in md
+    assert "3 more slice rows" in verdicts and "steps=2" not in md and "schema=s1" not in md
     assert "| w4g128+kv4g32 | INCONCLUSIVE | 104.90 MiB | 9,600 |" in md
     reasons = md.split("## Top reasons", 1)[1].strip().splitlines()
     assert reasons[0].startswith("- **FAIL** w4g128 · needle · context_len=4096")
     assert reasons[1].startswith("- **INCONCLUSIVE** w4g128+kv4g32 · gsm")
+
+
+def test_markdown_leads_with_decision_grid_and_metrics(report):
+    md = render_markdown(report)
+    decision = md.split("## Decision", 1)[1].split("## Verdicts", 1)[0]
+    bullets = [line for line in decision.splitlines() if line.startswith("- ")]
+    assert [b.split("`")[1] for b in bullets] == ["w8", "w4g128", "w4g128+kv4g32"]
+    assert bullets[1].startswith("- **FAIL** `w4g128` — weights 104.90 MiB (-59%) · KV 30,720 B/token (same)")
+    assert "≈+60 samples to decide" in bullets[2] and "KV 9,600 B/token (-69%)" in bullets[2]
+    assert "| w4g128 | -0.030 [-0.100, +0.030] n=30 PASS | -0.170 [-0.300, -0.050] n=30 FAIL in context_len=4096 " \
+           "(n=10) |" in decision
+    assert "n=30 INCONCLUSIVE ≈+60 to decide" in decision
+    metrics = md.split("## Secondary metrics", 1)[1].split("## Memory", 1)[0]
+    assert "| variant | n | field_accuracy | valid |" in metrics
+    assert "| w4g128 | 30 | 0.900 → 0.850 (-0.050) | 1.000 → 0.950 (-0.050) |" in metrics
 
 
 def test_plots_are_pngs_and_pareto_front():
@@ -178,3 +223,98 @@ def test_empty_sections_render(report):
     assert "No flipped samples" in page and "No paired statistics" in page and "data:image/png" not in page
     assert ET.fromstring(render_junit(bare)).get("tests") == "0"
     assert "every check passed" in render_markdown(bare)
+
+
+def _between(page: str, start: str, end: str) -> str:
+    i = page.index(start)
+    return page[i:page.index(end, i)]
+
+
+def test_html_first_screen_cards(page, report):
+    """The decision comes first: one card per variant, coloured by verdict, FAIL/INCONCLUSIVE reasons, savings."""
+    assert page.index('id="decision"') < page.index('id="grid"') < page.index('id="verdicts"')
+    cards = re.findall(r'<div class="card (v-\w+)" data-variant="([^"]+)"', page)
+    assert cards == [("v-PASS", "w8"), ("v-FAIL", "w4g128"), ("v-INCONCLUSIVE", "w4g128+kv4g32")]
+    w4 = _between(page, 'data-variant="w4g128">', '</dl></div>')
+    assert '<li class="r-FAIL"><b>FAIL</b> needle context_len=4096' in w4 and "&lt;worse&gt;" in w4
+    assert "2 of 3 checks pass" in w4 and "saves 151.69 MiB" in w4 and "-59% vs baseline" in w4
+    assert "1.80× baseline" in w4 and "same as baseline" in w4  # TTFT 90 ms vs 50 ms; KV unchanged
+    kv = _between(page, 'data-variant="w4g128+kv4g32">', '</dl></div>')
+    assert "r-INCONCLUSIVE" in kv and "≈+60 samples to decide" in kv and "saves 21,120 B/token" in kv
+    assert "all 3 checks passed" in _between(page, 'data-variant="w8">', '</dl></div>')
+    assert "Compared with baseline <code>bf16</code>: weights 256.60 MiB" in page
+
+
+def test_card_reasons_fail_before_inconclusive(report):
+    from evalsuite.report.digest import variant_cards
+    extra = {**report["checks"][6], "variant": "w4g128", "reason": "undecided"}
+    cards = variant_cards({**report, "checks": [extra] + report["checks"]})
+    w4 = next(c for c in cards if c["variant"] == "w4g128")
+    assert [c["verdict"] for c in w4["reasons"]] == ["FAIL", "INCONCLUSIVE"]
+
+
+def test_html_grid_n_and_more_needed(page):
+    grid = _between(page, 'id="grid"', "</section>")
+    found = re.findall(r'<td class="cell (v-\w+)" data-variant="([^"]+)" data-task="([^"]+)"', grid)
+    cells = {(v, t): c for c, v, t in found}
+    assert cells[("w8", "gsm")] == "v-PASS" and cells[("w4g128", "needle")] == "v-FAIL"
+    assert cells[("w4g128+kv4g32", "gsm")] == "v-INCONCLUSIVE" and ("w4g128+kv4g32", "needle") not in cells
+    assert "n=30 · FAIL in context_len=4096 (n=10)" in grid
+    assert "n=30 · ≈+60 to decide" in grid and "-0.170 [-0.300, -0.050]" in grid
+    assert grid.count('<td class="cell v-none">—</td>') == 1  # no needle run for w4g128+kv4g32
+
+
+def test_grid_reads_old_runs_without_n(report):
+    """Checks from runs before ``n``/``more_needed`` existed: n falls back to the stats row, no count to decide."""
+    from evalsuite.report.digest import task_decision
+    old = {**report, "checks": [{k: v for k, v in c.items() if k not in ("n", "more_needed")}
+                                for c in report["checks"]]}
+    old = check_report(old)
+    d = task_decision(old, "w4g128+kv4g32", "gsm")
+    assert d["verdict"] == "INCONCLUSIVE" and d["n"] == 30 and d["more_needed"] is None
+    assert task_decision(old, "w4g128", "needle")["n"] == 10  # the slice row's n
+
+
+def test_html_sparse_slices_behind_toggle(page):
+    main = _between(page, 'id="verdicts"', "</table>")
+    hidden = _between(page, '<details class="more-slices"', "</details>")
+    assert "3 more slice rows" in hidden
+    for name in ("steps=2", "schema=s1", "schema=s2"):
+        assert name not in main and f'<td class="l">{name}</td>' in hidden
+    assert "context_len=4096" in main  # gated rows stay visible whatever their n
+
+
+def test_hidden_rows_and_forest_rows(report):
+    from evalsuite.report.digest import gated_rows, split_rows
+    from evalsuite.report.model import sorted_stats
+    shown, hidden = split_rows(report, sorted_stats(report))
+    assert sorted(s["slice"] for s in hidden) == ["schema=s1", "schema=s2", "steps=2"]
+    assert len(shown) + len(hidden) == len(report["stats"])
+    # min_samples 0: the n=4 slice shows; the per-item slices still hide
+    lax = {**report, "policy": {"defaults": {"min_samples": 0}, "tasks": {}}}
+    assert sorted(s["slice"] for s in split_rows(lax, sorted_stats(lax))[1]) == ["schema=s1", "schema=s2"]
+    # no policy in the report: min_samples taken from no check, so only per-item rows hide
+    assert len(split_rows({**report, "policy": None}, sorted_stats(report))[1]) == 2
+    forest = {(s["variant"], s["task"], s["slice"]) for s in gated_rows(report, sorted_stats(report))}
+    assert forest == {(c["variant"], c["task"], c["slice"]) for c in report["checks"]}
+    assert ("w4g128", "needle", "all") not in forest  # Δ shown in the grid, but no check looked at it
+
+
+def test_html_secondary_metrics(page):
+    metrics = _between(page, 'id="metrics"', "</p>")
+    assert "<h3>json</h3>" in metrics and "<th>field_accuracy</th><th>valid</th>" in metrics
+    assert '0.900 → 0.850 <span class="neg">(-0.050)</span>' in metrics
+    assert '1.000 → 0.950 <span class="neg">(-0.050)</span> <span class="note">n=28</span>' in metrics
+
+
+def test_results_json_round_trip_and_v1_reports(report):
+    import json
+    again = json.loads(json.dumps(report, default=str))
+    assert check_report(again)["stats"][3]["metrics"]["valid"]["n"] == 28.0
+    v1 = {**report, "schema_version": 1, "policy": None,
+          "stats": [{k: v for k, v in s.items() if k != "metrics"} for s in report["stats"]],
+          "checks": [{k: v for k, v in c.items() if k not in ("n", "more_needed")} for c in report["checks"]]}
+    del v1["policy"]
+    page = render_html(v1)
+    assert 'class="card v-FAIL"' in page and 'id="metrics"' not in page
+    assert "## Decision" in render_markdown(v1) and ET.fromstring(render_junit(v1)).get("tests") == "8"

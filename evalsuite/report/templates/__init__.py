@@ -51,6 +51,30 @@ pre { white-space: pre-wrap; word-break: break-word; background: #f4f6f8; paddin
       max-height: 22em; overflow: auto; font-size: 0.85em; }
 details summary { cursor: pointer; color: #334; font-size: 0.88em; }
 .note { color: #666; font-size: 0.85em; }
+h2.first { margin-top: 0.6em; } h3 { margin: 1em 0 0.3em; font-size: 1.05em; }
+.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); gap: 0.8em; margin: 0.5em 0; }
+.card { background: white; color: #1c1f24; border: 1px solid #d0d4da; border-top: 6px solid #90a4ae;
+        border-radius: 6px; padding: 0.5em 0.9em 0.6em; }
+.card.v-PASS { border-top-color: #2e7d32; background: #f6fbf6; color: #1c1f24; }
+.card.v-FAIL { border-top-color: #c62828; background: #fdf6f6; color: #1c1f24; }
+.card.v-INCONCLUSIVE { border-top-color: #ef8f00; background: #fffaf0; color: #1c1f24; }
+.card-head { display: flex; justify-content: space-between; align-items: center; }
+.card .name { font-size: 1.15em; font-weight: 700; font-family: ui-monospace, monospace; }
+.card .verdict { font-weight: 700; padding: 0.1em 0.6em; border-radius: 3px; color: white; background: #607d8b; }
+.card.v-PASS .verdict { background: #2e7d32; } .card.v-FAIL .verdict { background: #c62828; }
+.card.v-INCONCLUSIVE .verdict { background: #ef8f00; }
+.card .counts { color: #666; font-size: 0.8em; }
+.reasons { margin: 0.35em 0; padding-left: 1.1em; font-size: 0.84em; } .reasons li { margin: 0.15em 0; }
+li.r-FAIL b { color: #b71c1c; } li.r-INCONCLUSIVE b { color: #8a5300; } li.r-PASS { color: #1b5e20; }
+.more { color: #8a5300; font-weight: 600; white-space: nowrap; }
+dl.gains { display: grid; grid-template-columns: max-content 1fr; gap: 0.1em 0.7em; font-size: 0.85em;
+           margin: 0.4em 0 0; border-top: 1px solid #e3e6ea; padding-top: 0.35em; }
+dl.gains dt { color: #555; } dl.gains dd { margin: 0; }
+.rel { color: #555; } .save { color: #1b5e20; font-weight: 600; } .slow { color: #b71c1c; } .fast { color: #1b5e20; }
+table.dgrid th { text-align: center; } table.dgrid th.l { text-align: left; font-family: ui-monospace, monospace; }
+table.dgrid td.cell { text-align: center; padding: 0.3em 0.8em; }
+table.dgrid .d { font-family: ui-monospace, monospace; } table.dgrid .n { font-size: 0.82em; }
+details.more-slices { margin: 0.4em 0; }
 """
 
 SCRIPT = """

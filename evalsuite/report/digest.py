@@ -1,0 +1,145 @@
+"""What the first screen needs, derived from a report dict by pure functions: which slice rows some policy
+check looked at (gated), which rows hide behind the toggle (n below the policy's ``min_samples``, or one
+sample per slice such as code entry points), the decision per (variant, task) and one card per variant."""
+from __future__ import annotations
+
+from typing import Any
+
+from evalsuite.report.model import ordered_reasons
+
+ALL = "all"
+RANK = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
+Row = dict[str, Any]
+
+
+def worst(verdicts: list[str]) -> str | None:
+    """FAIL over INCONCLUSIVE over PASS; None for no verdicts."""
+    return max(verdicts, key=lambda v: RANK.get(v, 0)) if verdicts else None
+
+
+def gated(r: Row) -> set[tuple[str, str, str]]:
+    """(variant, task, slice) of every row some policy check looked at."""
+    return {(c["variant"], c["task"], c["slice"]) for c in r["checks"]}
+
+
+def min_samples(r: Row, task: str) -> int:
+    """The policy's ``min_samples`` for ``task`` (task override, else default); without a policy in the
+    report, the threshold of a ``min_samples`` check of that task; 0 when nothing says."""
+    pol = r.get("policy") or {}
+    for value in (((pol.get("tasks") or {}).get(task) or {}).get("min_samples"),
+                  (pol.get("defaults") or {}).get("min_samples")):
+        if isinstance(value, (int, float)):
+            return int(value)
+    found = [c["threshold"] for c in r["checks"] if c["task"] == task and c["check"] == "min_samples"]
+    return int(max(found)) if found else 0
+
+
+def slice_key(name: str) -> str:
+    """``context_len`` of ``context_len=2048`` (the whole name for other shapes)."""
+    return name.split("=", 1)[0] if "=" in name else name
+
+
+def per_item_keys(stats: list[Row]) -> set[tuple[str, str, str]]:
+    """(variant, task, key) whose every slice level holds at most one sample (ids, entry points)."""
+    most: dict[tuple[str, str, str], int] = {}
+    for s in stats:
+        if s["slice"] != ALL:
+            k = (s["variant"], s["task"], slice_key(s["slice"]))
+            most[k] = max(most.get(k, 0), int(s["n"]))
+    return {k for k, n in most.items() if n <= 1}
+
+
+def hidden_reason(s: Row, r: Row, checked: set[tuple[str, str, str]],
+                  per_item: set[tuple[str, str, str]]) -> str | None:
+    """Why a stats row goes behind the toggle ("per-item" / "n<min_samples"); None to show it. The ``all``
+    row and every gated row are always shown."""
+    if s["slice"] == ALL or (s["variant"], s["task"], s["slice"]) in checked:
+        return None
+    if (s["variant"], s["task"], slice_key(s["slice"])) in per_item:
+        return "per-item"
+    return "n<min_samples" if s["n"] < min_samples(r, s["task"]) else None
+
+
+def split_rows(r: Row, stats: list[Row]) -> tuple[list[Row], list[Row]]:
+    """``stats`` (order kept) split into the rows shown and the rows behind the toggle."""
+    checked, per_item = gated(r), per_item_keys(r["stats"])
+    shown, hidden = [], []
+    for s in stats:
+        (hidden if hidden_reason(s, r, checked, per_item) else shown).append(s)
+    return shown, hidden
+
+
+def gated_rows(r: Row, stats: list[Row]) -> list[Row]:
+    """The rows of ``stats`` some policy check looked at (what the forest plot shows)."""
+    checked = gated(r)
+    return [s for s in stats if (s["variant"], s["task"], s["slice"]) in checked]
+
+
+def check_n(r: Row, c: Row) -> int | None:
+    """The paired samples behind a check: its own ``n``, else (old runs) its stats row's; None if unknown."""
+    if c.get("n"):
+        return int(c["n"])
+    row = next((s for s in r["stats"] if (s["variant"], s["task"], s["slice"]) == (c["variant"], c["task"],
+                                                                                   c["slice"])), None)
+    return int(row["n"]) if row else None
+
+
+def task_decision(r: Row, variant: str, task: str) -> Row | None:
+    """The (variant, task) decision: worst verdict over its checks, the deciding checks, the ``all`` row's Δ,
+    the n behind it and, when INCONCLUSIVE, about how many more samples would decide it."""
+    checks = [c for c in r["checks"] if c["variant"] == variant and c["task"] == task]
+    stat = next((s for s in r["stats"] if s["variant"] == variant and s["task"] == task and s["slice"] == ALL),
+                None)
+    if not checks and stat is None:
+        return None
+    verdict = worst([c["verdict"] for c in checks])
+    deciding = [c for c in checks if c["verdict"] == verdict]
+    ns = [n for c in deciding if (n := check_n(r, c)) is not None]
+    more = [c["more_needed"] for c in deciding if c.get("more_needed") is not None]
+    return {"verdict": verdict, "stat": stat, "checks": deciding, "n": min(ns) if ns else (stat or {}).get("n"),
+            "more_needed": max(more) if more and verdict == "INCONCLUSIVE" else None,
+            "slices": list(dict.fromkeys(c["slice"] for c in deciding if c["slice"] != ALL))}
+
+
+def ratio(value: float | None, base: float | None) -> float | None:
+    """value / base, None when either is missing or the base is 0."""
+    return None if value is None or not base else value / base
+
+
+def _saving(v: Row, base: Row | None, key: str) -> Row:
+    value, ref = v.get(key), (base or {}).get(key)
+    saved = None if value is None or ref is None else ref - value
+    return {"value": value, "saved": saved, "ratio": ratio(value, ref)}
+
+
+def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
+    """One card per gated variant (baseline excluded): verdict, the reasons that decided it (FAIL first, then
+    INCONCLUSIVE), bytes saved vs the baseline and speed relative to it."""
+    base = next((v for v in r["variants"] if v["variant"] == r["baseline"]), None)
+    cards = []
+    for v in r["variants"]:
+        if v["variant"] == r["baseline"]:
+            continue
+        mine = [c for c in r["checks"] if c["variant"] == v["variant"]]
+        cards.append({
+            "variant": v["variant"], "verdict": v.get("verdict") or worst([c["verdict"] for c in mine]),
+            "reasons": ordered_reasons(mine, max_reasons), "checks": len(mine),
+            "passed": sum(c["verdict"] == "PASS" for c in mine),
+            "weights": _saving(v, base, "weight_bytes"), "kv": _saving(v, base, "kv_bytes_per_token"),
+            "ttft": _saving(v, base, "ttft_s"), "itl": _saving(v, base, "itl_s")})
+    return cards
+
+
+def task_names(r: Row) -> list[str]:
+    """Tasks with stats or checks, in first-seen order."""
+    return list(dict.fromkeys([s["task"] for s in r["stats"]] + [c["task"] for c in r["checks"]]))
+
+
+def metric_rows(r: Row, task: str) -> list[Row]:
+    """The ``all`` rows of ``task`` that carry secondary metrics, in report order."""
+    return [s for s in r["stats"] if s["task"] == task and s["slice"] == ALL and s.get("metrics")]
+
+
+def metric_names(rows: list[Row]) -> list[str]:
+    """Metric names over ``rows``, sorted."""
+    return sorted({m for s in rows for m in s["metrics"]})

@@ -1,0 +1,116 @@
+"""The report's first screen: one card per variant (verdict, the reasons that decided it, bytes saved, speed)
+and a variants × tasks grid of Δ [95% CI] coloured by verdict with the n behind each decision."""
+from __future__ import annotations
+
+from typing import Any
+
+from evalsuite.report.digest import task_decision, task_names, variant_cards
+from evalsuite.report.html_common import delta_class, e, vclass
+from evalsuite.report.model import fmt_bytes, fmt_delta, fmt_ms
+
+Row = dict[str, Any]
+
+
+def _pct(ratio: float | None) -> str:
+    """``-59%`` / ``+3%`` / ``same`` for a value/baseline ratio."""
+    if ratio is None:
+        return ""
+    pct = (ratio - 1.0) * 100
+    return "same as baseline" if abs(pct) < 0.5 else f"{pct:+.0f}% vs baseline"
+
+
+def _bytes_line(label: str, item: Row, fmt: Any, unit: str = "") -> str:
+    if item["value"] is None:
+        return f"<dt>{e(label)}</dt><dd>—</dd>"
+    saved = item["saved"]
+    save = (f' <span class="save">saves {e(fmt(saved))}{e(unit)}</span>' if saved and saved > 0 else "")
+    return (f"<dt>{e(label)}</dt><dd><b>{e(fmt(item['value']))}{e(unit)}</b> "
+            f'<span class="rel">{e(_pct(item["ratio"]))}</span>{save}</dd>')
+
+
+def _speed(label: str, item: Row) -> str:
+    r = item["ratio"]
+    cls = "" if r is None else ("slow" if r > 1.05 else "fast" if r < 0.95 else "")
+    rel = "" if r is None else f'<span class="rel {cls}">{r:.2f}× baseline</span>'
+    return f"<dt>{e(label)}</dt><dd><b>{e(fmt_ms(item['value']))}</b> {rel}</dd>"
+
+
+def _reasons(card: Row) -> str:
+    if not card["reasons"]:
+        text = (f"all {card['checks']} checks passed" if card["checks"] else "no policy check covered it")
+        return f'<ul class="reasons"><li class="r-PASS">{e(text)}</li></ul>'
+    items = []
+    for c in card["reasons"]:
+        more = c.get("more_needed")
+        tail = f' <span class="more">≈+{more} samples to decide</span>' if more else ""
+        items.append(f'<li class="r-{e(c["verdict"])}"><b>{e(c["verdict"])}</b> {e(c["reason"])}{tail}</li>')
+    return '<ul class="reasons">' + "".join(items) + "</ul>"
+
+
+def _card(card: Row) -> str:
+    verdict = card["verdict"]
+    counts = f'{card["passed"]} of {card["checks"]} checks pass' if card["checks"] else ""
+    return (f'<div class="card {vclass(verdict)}" data-variant="{e(card["variant"])}">'
+            f'<div class="card-head"><span class="name">{e(card["variant"])}</span>'
+            f'<span class="verdict">{e(verdict or "—")}</span></div>'
+            f'<div class="counts">{e(counts)}</div>{_reasons(card)}<dl class="gains">'
+            f'{_bytes_line("weights", card["weights"], fmt_bytes)}'
+            f'{_bytes_line("KV cache", card["kv"], lambda x: f"{x:,.0f}", " B/token")}'
+            f'{_speed("TTFT", card["ttft"])}{_speed("ITL", card["itl"])}</dl></div>')
+
+
+def _baseline_line(r: Row) -> str:
+    base = next((v for v in r["variants"] if v["variant"] == r["baseline"]), None)
+    if base is None:
+        return ""
+    kv = base.get("kv_bytes_per_token")
+    return (f'<p class="meta">Compared with baseline <code>{e(r["baseline"])}</code>: weights '
+            f'{e(fmt_bytes(base.get("weight_bytes")))} · KV cache {"—" if kv is None else f"{kv:,.0f}"} B/token · '
+            f'TTFT {e(fmt_ms(base.get("ttft_s")))} · ITL {e(fmt_ms(base.get("itl_s")))}</p>')
+
+
+def cards_section(r: Row) -> str:
+    """Which variant may ship: one card per variant."""
+    cards = variant_cards(r)
+    if not cards:
+        return '<section id="decision"><p class="note">No variants besides the baseline.</p></section>'
+    return ('<section id="decision"><h2 class="first">Which variant may ship</h2>' + _baseline_line(r)
+            + '<div class="cards">' + "".join(_card(c) for c in cards) + "</div></section>")
+
+
+def _decision_note(d: Row) -> str:
+    """``n=30`` (the Δ's samples), where a slice decided it with that slice's n, and the samples still needed."""
+    n_all = (d["stat"] or {}).get("n")
+    parts = [f"n={n_all}"] if n_all else []
+    if d["slices"] and d["verdict"] != "PASS":
+        parts.append(f"{d['verdict']} in {', '.join(d['slices'])}" + (f" (n={d['n']})" if d["n"] else ""))
+    elif d["n"] and d["n"] != n_all:
+        parts.append(f"decided on n={d['n']}")
+    if d["verdict"] == "INCONCLUSIVE":
+        parts.append(f"≈+{d['more_needed']} to decide" if d["more_needed"] else "undecided")
+    return " · ".join(parts)
+
+
+def _grid_cell(r: Row, variant: str, task: str) -> str:
+    d = task_decision(r, variant, task)
+    if d is None:
+        return '<td class="cell v-none">—</td>'
+    s = d["stat"]
+    delta = (f'<div class="d {delta_class(s)}">{e(fmt_delta(s["delta"], s["ci_low"], s["ci_high"]))}</div>'
+             if s else '<div class="d">no paired samples</div>')
+    return (f'<td class="cell {vclass(d["verdict"])}" data-variant="{e(variant)}" data-task="{e(task)}">'
+            f'{delta}<div class="n">{e(_decision_note(d))}</div></td>')
+
+
+def grid_section(r: Row) -> str:
+    """Variants × tasks: Δ [95% CI] of slice ``all``, cell coloured by the task's verdict (worst over its
+    gated slices), with the n behind the decision and, when undecided, about how many more samples it needs."""
+    tasks = task_names(r)
+    variants = [v["variant"] for v in r["variants"] if v["variant"] != r["baseline"]]
+    if not tasks or not variants:
+        return ""
+    head = '<th class="l">variant</th>' + "".join(f"<th>{e(t)}</th>" for t in tasks)
+    rows = "".join(f'<tr><th class="l">{e(v)}</th>' + "".join(_grid_cell(r, v, t) for t in tasks) + "</tr>"
+                   for v in variants)
+    return ('<section id="grid"><h3>Δ vs baseline per task (95% CI, slice all; colour: the task\'s verdict)</h3>'
+            f'<table class="dgrid"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></section>')
