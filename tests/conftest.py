@@ -79,7 +79,7 @@ def prepared(task=None, n: int = 6, seed: int = 1, **params):
 
 
 def run_model(loaded, run_dir, variants=("bf16",), tasks=None, batch_size: int = 4, kld: bool = True,
-              store=None, noise_floor: bool = False, backend=None):
+              store=None, noise_floor: bool = False, backend=None, baseline_source=None, log=None):
     """The one way tests run the Runner: ``loaded`` through an in-process backend (or ``backend``) into a store
     at ``run_dir`` (or ``store``, to continue one). Returns the store, marked finished."""
     from evalsuite.run.config import RunConfig
@@ -92,6 +92,7 @@ def run_model(loaded, run_dir, variants=("bf16",), tasks=None, batch_size: int =
                        tasks=[t.name for t in tasks], batch_size=batch_size, kld=kld, noise_floor=noise_floor)
     store = store or Store.create(run_dir, config.to_dict())
     backend = backend or InProcessBackend.of(loaded, seed=config.seed)
-    Runner(config, backend, tasks, store, progress=False, log=lambda s: None).run(backend.variants(config.variants))
+    Runner(config, backend, tasks, store, progress=False, log=log or (lambda s: None),
+           baseline_source=baseline_source).run(backend.variants(config.variants))
     store.set_meta({"finished": 1.0})
     return store

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from evalsuite.cli.common import runs_root
+from evalsuite.cli.common import runs_root, set_run_dir
 
 
 @click.command()
@@ -19,10 +19,11 @@ def gate(run: str, policy: Path | None, no_report: bool) -> int:
     """
     from evalsuite.cli.finish import gate_and_report
     from evalsuite.gate.policy import load_policy
-    from evalsuite.run.pipeline import require_finished
-    from evalsuite.run.store import Store, resolve_run_dir
+    from evalsuite.run.store import Store, require_finished, resolve_run_dir
 
     load_policy(policy)  # refused with the key path before the store is read
-    store = Store.open(resolve_run_dir(run, runs_root()))
+    run_dir = resolve_run_dir(run, runs_root())
+    set_run_dir(run_dir)
+    store = Store.open(run_dir)
     require_finished(store)
     return gate_and_report(store, policy, echo=click.echo, report=not no_report)

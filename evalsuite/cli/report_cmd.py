@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from evalsuite.cli.common import reports_root, runs_root
+from evalsuite.cli.common import reports_root, runs_root, set_run_dir
 
 
 @click.command()
@@ -17,11 +17,12 @@ def report(run: str, policy: Path | None, out: Path | None) -> int:
     from evalsuite.gate.policy import load_policy
     from evalsuite.gate.store_gate import gate_store
     from evalsuite.report.build import write_report
-    from evalsuite.run.pipeline import require_finished
-    from evalsuite.run.store import Store, resolve_run_dir
+    from evalsuite.run.store import Store, require_finished, resolve_run_dir
 
     load_policy(policy)
-    store = Store.open(resolve_run_dir(run, runs_root()))
+    run_dir = resolve_run_dir(run, runs_root())
+    set_run_dir(run_dir)
+    store = Store.open(run_dir)
     require_finished(store)
     path = write_report(store, gate_store(store, policy), out or reports_root())
     click.echo(f"report: {path / 'index.html'}")

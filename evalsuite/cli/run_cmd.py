@@ -62,8 +62,8 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, se
     from evalsuite.cli.backends import make_backend
     from evalsuite.cli.common import set_run_dir
     from evalsuite.gate.policy import load_policy
-    from evalsuite.run.pipeline import execute, new_run_id, resume_config, score_table
-    from evalsuite.run.store import resolve_run_dir
+    from evalsuite.run.pipeline import execute, new_run_id, resume_config
+    from evalsuite.run.store import resolve_run_dir, score_table
 
     root = out or runs_root()
     load_policy(policy)  # a bad policy is refused before anything loads or runs

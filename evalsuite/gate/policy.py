@@ -23,6 +23,8 @@ THRESHOLD_KEYS: dict[str, tuple[float, float | None]] = {
     "max_drop": (0.0, 1.0), "min_recovery": (0.0, None), "max_flip_rate": (0.0, 1.0),
     "max_kld": (0.0, None), "min_score": (0.0, 1.0), "min_samples": (0, None)}
 ON_INCONCLUSIVE = ("fail", "pass")
+#: checks on a task's secondary metrics (Score.metrics with values in [0, 1]): ``metrics: {NAME: {KIND: t}}``
+METRIC_KINDS = ("max_drop", "max_rise")
 _OPS = re.compile(r"^\s*(>=|<=|==|!=|<|>)\s*(.*?)\s*$")
 Overrides = tuple[tuple[str, Any], ...]
 
@@ -37,9 +39,16 @@ class Thresholds:
     max_kld: float | None = None
     min_score: float | None = None
     min_samples: int = 0
+    #: ((metric, kind), threshold) pairs: kind max_drop (mean may fall at most t) or max_rise (rise at most t)
+    metrics: tuple[tuple[tuple[str, str], float | None], ...] = ()
 
     def with_overrides(self, overrides: Overrides) -> Thresholds:
-        return replace(self, **{k: (0 if k == "min_samples" and v is None else v) for k, v in overrides})
+        plain = {k: (0 if k == "min_samples" and v is None else v) for k, v in overrides if k != "metrics"}
+        merged = dict(self.metrics)
+        for k, v in overrides:
+            if k == "metrics":
+                merged.update(dict(v))
+        return replace(self, **plain, metrics=tuple(sorted(merged.items())))
 
 
 def _num(x: Any) -> float | None:
@@ -144,10 +153,23 @@ class Policy:
 
     def to_dict(self) -> dict[str, Any]:
         def task(tp: TaskPolicy) -> dict[str, Any]:
-            slices = [{"where": r.name, **dict(r.overrides)} for r in tp.slices]
-            return {**dict(tp.overrides), "optional": tp.optional, "slices": slices}
-        return {"source": self.source, "on_inconclusive": self.on_inconclusive, "defaults": asdict(self.defaults),
+            slices = [{"where": r.name, **_jsonable(r.overrides)} for r in tp.slices]
+            return {**_jsonable(tp.overrides), "optional": tp.optional, "slices": slices}
+        return {"source": self.source, "on_inconclusive": self.on_inconclusive, "defaults": {
+            **asdict(self.defaults), "metrics": _jsonable((("metrics", self.defaults.metrics),)).get("metrics", {})},
                 "tasks": {t: task(tp) for t, tp in self.tasks.items()}}
+
+
+def _jsonable(overrides: Overrides) -> dict[str, Any]:
+    """Overrides as plain JSON (metric checks as ``{NAME: {kind: t}}``)."""
+    out: dict[str, Any] = {}
+    for k, v in overrides:
+        if k == "metrics":
+            for (name, kind), t in v:
+                out.setdefault("metrics", {}).setdefault(name, {})[kind] = t
+        else:
+            out[k] = v
+    return out
 
 
 class PolicyParser:
@@ -184,7 +206,21 @@ class PolicyParser:
         return value
 
     def overrides(self, where: str, data: Mapping[str, Any]) -> Overrides:
-        return tuple((k, self.threshold(where, k, v)) for k, v in data.items() if k in THRESHOLD_KEYS)
+        out = tuple((k, self.threshold(where, k, v)) for k, v in data.items() if k in THRESHOLD_KEYS)
+        return out + ((("metrics", self.metrics(f"{where}.metrics", data["metrics"])),) if "metrics" in data else ())
+
+    def metrics(self, where: str, data: Any) -> tuple[tuple[tuple[str, str], float | None], ...]:
+        """``{NAME: {max_drop|max_rise: t}}`` -> (((NAME, kind), t), ...); t in [0, 1] or null (off)."""
+        data = self.check_keys(where, data, None)
+        out = []
+        for name, checks in data.items():
+            checks = self.check_keys(f"{where}.{name}", checks, list(METRIC_KINDS))
+            for kind, value in checks.items():
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                          or not 0 <= value <= 1):
+                    raise self.fail(f"{where}.{name}.{kind}", f"must be a number in [0, 1] or null, got {value!r}")
+                out.append(((str(name), kind), None if value is None else float(value)))
+        return tuple(out)
 
     def condition(self, where: str, key: Any, value: Any) -> Condition:
         if not isinstance(key, str):
@@ -205,7 +241,7 @@ class PolicyParser:
         return Condition(key, "==", value)
 
     def slice_rule(self, where: str, data: Any) -> SliceRule:
-        data = self.check_keys(where, data, ["where", *THRESHOLD_KEYS])
+        data = self.check_keys(where, data, ["where", "metrics", *THRESHOLD_KEYS])
         sel = data.get("where")
         if not isinstance(sel, Mapping) or not sel:
             raise self.fail(f"{where}.where", "required: a non-empty mapping of metadata key -> condition")
@@ -216,7 +252,7 @@ class PolicyParser:
         where = f"tasks.{name}"
         if isinstance(data, Mapping) and "on_inconclusive" in data:
             raise self.fail(where, "on_inconclusive is policy-wide: set it under defaults")
-        data = self.check_keys(where, data, [*THRESHOLD_KEYS, "slices", "optional"])
+        data = self.check_keys(where, data, [*THRESHOLD_KEYS, "metrics", "slices", "optional"])
         if not isinstance(data.get("optional", False), bool):
             raise self.fail(f"{where}.optional", f"must be true or false, got {data['optional']!r}")
         raw = data.get("slices") or []
@@ -230,7 +266,7 @@ class PolicyParser:
 
     def policy(self, data: Any, base: Thresholds) -> Policy:
         data = self.check_keys("top level", data, ["defaults", "tasks", "description"])
-        defaults = self.check_keys("defaults", data.get("defaults"), [*THRESHOLD_KEYS, "on_inconclusive"])
+        defaults = self.check_keys("defaults", data.get("defaults"), [*THRESHOLD_KEYS, "metrics", "on_inconclusive"])
         on_inc = defaults.get("on_inconclusive", "fail")
         if on_inc not in ON_INCONCLUSIVE:
             raise self.fail("defaults.on_inconclusive", f"must be 'fail' or 'pass', got {on_inc!r}")

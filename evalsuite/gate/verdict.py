@@ -8,6 +8,8 @@ within the tolerance, FAIL when it lies entirely beyond it, INCONCLUSIVE when it
 - min_recovery: ratio variant/baseline with bounds 1 + bounds(delta)/baseline_mean (baseline mean taken as fixed).
 - max_flip_rate (binary tasks): the sequence of the flip proportion against max_flip_rate.
 - max_kld, min_score: point checks (PASS/FAIL); max_kld is skipped where no KLD was measured.
+- metric:NAME:max_drop / max_rise: a task's secondary metric (values in [0, 1]) on the sequence of its paired
+  difference, like max_drop (e.g. JSON field_accuracy, a safety task's refusal flag).
 - min_samples: a slice with fewer paired samples gets only an INCONCLUSIVE check; a policy task (unless
   ``optional``) or a selector slice of a task that ran, without samples, gets an INCONCLUSIVE "no samples" check.
 An INCONCLUSIVE interval check carries ``more_needed``: the observed pairs replicated until the sequence
@@ -126,6 +128,20 @@ def _min_score(st: PairedStats, m: float) -> CheckResult:
                   f"{'meets' if v == 'PASS' else 'below'} min_score {m:g}")
 
 
+def _metric(st: PairedStats, name: str, kind: str, t: float) -> CheckResult:
+    """A secondary metric's mean must not fall (``max_drop``) or rise (``max_rise``) by more than ``t``,
+    decided on the anytime-valid bounds of its paired difference, as the score's ``max_drop`` is."""
+    check = f"metric:{name}:{kind}"
+    m = st.metrics.get(name)
+    if m is None or "cs_low" not in m:
+        why = "not reported" if m is None else "has values outside [0, 1] (only rates and fractions are gated)"
+        return _check(st, check, t, 0.0, "INCONCLUSIVE", f"metric {name} {why}")
+    lo, hi, d = m["cs_low"], m["cs_high"], m["delta"]
+    v = _at_least(lo, hi, -t) if kind == "max_drop" else _at_most(lo, hi, t)
+    return _check(st, check, t, d, v, f"{name} {m['baseline']:.3f}→{m['variant']:.3f} (Δ={d:+.3f} CS "
+                  f"[{lo:+.3f},{hi:+.3f}]) {_WORDS[v]} {kind} {t:g}", (lo, hi))
+
+
 def slice_checks(st: PairedStats, th: Thresholds) -> list[CheckResult]:
     """Every enabled check of one (variant, task, slice) row."""
     if st.n < max(th.min_samples, 1):
@@ -143,6 +159,7 @@ def slice_checks(st: PairedStats, th: Thresholds) -> list[CheckResult]:
         out.append(_max_kld(st, th.max_kld))
     if th.min_score is not None:
         out.append(_min_score(st, th.min_score))
+    out += [_metric(st, name, kind, t) for (name, kind), t in th.metrics if t is not None]
     return out
 
 

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
-from evalsuite.errors import EvalsuiteError
 from evalsuite.run.backend import Backend
 from evalsuite.run.config import RunConfig
 from evalsuite.run.runner import Runner
@@ -53,25 +51,3 @@ def resume_config(run_dir: Path) -> RunConfig:
         return RunConfig.from_dict(store.config)
     finally:
         store.close()
-
-
-def score_table(store: Store) -> tuple[list[str], list[list[str]]]:
-    """Mean score per variant × task (n in brackets)."""
-    sums: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for r in store.samples():
-        sums[(r.variant, r.task)].append(r.score)
-    tasks = sorted({t for _, t in sums})
-    variants = list(dict.fromkeys(v for v, _ in sums))
-    order = store.meta().get("variant_order", [])
-    variants.sort(key=lambda v: (order.index(v) if v in order else len(order), v))
-    rows = []
-    for v in variants:
-        cells = [f"{sum(s) / len(s):.3f} (n={len(s)})" if (s := sums.get((v, t))) else "-" for t in tasks]
-        rows.append([v] + cells)
-    return ["variant"] + tasks, rows
-
-
-def require_finished(store: Store) -> None:
-    if "finished" not in store.meta():
-        raise EvalsuiteError(f"run {store.path.parent.name} did not finish; continue it with "
-                             f"`evalsuite run --resume {store.path.parent.name}`")

@@ -146,3 +146,26 @@ def resolve_run_dir(run: str, runs_root: Path) -> Path:
     if (runs_root / run / Store.FILENAME).exists():
         return runs_root / run
     raise EvalsuiteError(f"run {run!r} not found (looked for {path}/{Store.FILENAME} and {runs_root / run})")
+
+
+def require_finished(store: Store) -> None:
+    """A run that did not finish cannot be gated or reported (its samples are incomplete)."""
+    if "finished" not in store.meta():
+        raise EvalsuiteError(f"run {store.path.parent.name} did not finish; continue it with "
+                             f"`evalsuite run --resume {store.path.parent.name}`")
+
+
+def score_table(store: Store) -> tuple[list[str], list[list[str]]]:
+    """Mean score per variant × task (n in brackets), variants in run order."""
+    sums: dict[tuple[str, str], list[float]] = {}
+    for r in store.samples():
+        sums.setdefault((r.variant, r.task), []).append(r.score)
+    tasks = sorted({t for _, t in sums})
+    variants = list(dict.fromkeys(v for v, _ in sums))
+    order = store.meta().get("variant_order", [])
+    variants.sort(key=lambda v: (order.index(v) if v in order else len(order), v))
+    rows = []
+    for v in variants:
+        cells = [f"{sum(s) / len(s):.3f} (n={len(s)})" if (s := sums.get((v, t))) else "-" for t in tasks]
+        rows.append([v] + cells)
+    return ["variant"] + tasks, rows

@@ -206,15 +206,22 @@ def _stats(name: str, task: str, slice_name: str, members: Sequence[_Item], is_b
 
 def metric_means(pairs: Sequence[tuple[SampleResult, SampleResult]]) -> dict[str, dict[str, float]]:
     """Per numeric secondary metric (bools count as 0/1): its baseline and variant means over the pairs where
-    both sides report it, and their difference. Strings and None are not averaged."""
+    both sides report it, and their difference. Strings and None are not averaged. Metrics whose values all
+    lie in [0, 1] (rates, fractions, flags) also get anytime-valid bounds on the difference (``cs_low`` /
+    ``cs_high``, as the score's), so the gate can threshold them (``metrics:`` in a policy)."""
     names = sorted({k for b, v in pairs for k in (*b.metrics, *v.metrics)})
     out: dict[str, dict[str, float]] = {}
     for name in names:
         both = [(b.metrics.get(name), v.metrics.get(name)) for b, v in pairs]
         both = [(float(x), float(y)) for x, y in both if _numeric(x) and _numeric(y)]
-        if both:
-            mb, mv = sum(x for x, _ in both) / len(both), sum(y for _, y in both) / len(both)
-            out[name] = {"baseline": mb, "variant": mv, "delta": mv - mb, "n": float(len(both))}
+        if not both:
+            continue
+        xs, ys = np.array([x for x, _ in both]), np.array([y for _, y in both])
+        row = {"baseline": float(xs.mean()), "variant": float(ys.mean()), "delta": float(ys.mean() - xs.mean()),
+               "n": float(len(both))}
+        if min(xs.min(), ys.min()) >= 0.0 and max(xs.max(), ys.max()) <= 1.0:
+            row["cs_low"], row["cs_high"] = diff_cs(*diff_values(ys - xs))
+        out[name] = row
     return out
 
 

@@ -1,0 +1,57 @@
+"""Stored baselines: reused when everything that changes outputs matches; refused with the field otherwise."""
+from __future__ import annotations
+
+import pytest
+
+from evalsuite.errors import StoreMismatch
+from evalsuite.run.baselines import BaselineSource, save_baseline
+from tests.conftest import prepared, run_model
+from tests.run.test_runner import ArmedCopyTask
+
+
+@pytest.fixture
+def pinned(tiny, tmp_path):
+    """A baseline of the CopyTask stored under tmp/baselines/<fingerprint>/ (batch size 4)."""
+    tasks = prepared(n=4)
+    store = run_model(tiny, tmp_path / "base-run", tasks=tasks, kld=False)
+    folder = save_baseline(tmp_path / "baselines", store, tasks, 1234, "bf16")
+    return tmp_path / "baselines", folder, store
+
+
+def _source(tiny, root, batch_size=4, strict=False, seed=1234, log=None):
+    return BaselineSource(root, tiny.fingerprint, seed, batch_size, strict=strict, log=log or (lambda s: None))
+
+
+def test_manifest_records_what_changes_outputs(pinned):
+    import json
+
+    _, folder, _ = pinned
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["run"] == {"batch_size": 4, "backend": "in-process", "compute_dtype": "bfloat16",
+                               "max_batch_tokens": 24576}
+    assert set(manifest["libraries"]) >= {"torch", "transformers", "optimum-quanto", "evalsuite"}
+    assert set(manifest["tasks"]["copy"]) >= {"version", "params", "gen_settings", "seed", "sample_hashes"}
+
+
+def test_matching_baseline_is_reused_not_regenerated(tiny, tmp_path, pinned):
+    root, _, first = pinned
+    task = ArmedCopyTask()
+    store = run_model(tiny, tmp_path / "r", tasks=prepared(task, n=4), kld=False, baseline_source=_source(tiny, root))
+    assert task.scored == []  # nothing was generated or scored again
+    assert [r.output for r in store.samples("bf16")] == [r.output for r in first.samples("bf16")]
+
+
+def test_mismatch_names_the_field_and_recomputes(tiny, tmp_path, pinned):
+    root, _, _ = pinned
+    logs, task = [], ArmedCopyTask()
+    run_model(tiny, tmp_path / "r", tasks=prepared(task, n=4), batch_size=2, kld=False,
+              baseline_source=_source(tiny, root, batch_size=2, log=logs.append))
+    assert any("batch_size differs (stored 4, now 2)" in line for line in logs), logs
+    assert len(task.scored) == 4  # generated afresh
+
+
+def test_strict_mode_refuses_a_mismatch(tiny, tmp_path, pinned):
+    root, _, _ = pinned
+    with pytest.raises(StoreMismatch, match="seed differs"):
+        run_model(tiny, tmp_path / "r", tasks=prepared(n=4), kld=False,
+                  baseline_source=_source(tiny, root, seed=99, strict=True))
