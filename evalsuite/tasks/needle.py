@@ -8,7 +8,8 @@ length in tokens *of the model under test*: when the runner knows the model (``T
 measured with its own tokenizer and chat template and its haystack resized until the count is within 1% (at
 least 8 tokens) of ``context_len``; the measured count is kept as the sample's ``prompt_tokens`` metric, and a
 prompt that cannot fit the model's window with its answer is a one-line error. Without a model (a served model)
-the length is a tokenizer-free estimate calibrated on SmolLM2 (~10%).
+the length is a tokenizer-free estimate calibrated on SmolLM2 (~10%). The stream (``NeedleTask.stream``) cycles
+the grid in balanced order, one pass per repeat index; the default set is its first ``repeats`` passes.
 """
 from __future__ import annotations
 
