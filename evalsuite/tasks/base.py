@@ -5,7 +5,8 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from itertools import islice
+from typing import Any, Callable, Iterator
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,16 @@ class TaskContext:
 class Task(ABC):
     """Base class for task plugins. Subclasses set ``name``, ``version``, ``default_params``.
 
-    Before ``samples`` is called the runner sets ``context`` (a TaskContext) when it knows the model."""
+    Before ``samples`` or ``stream`` is called the runner sets ``context`` (a TaskContext) when it knows the
+    model.
+
+    Stream contract: ``stream(params, seed)`` yields samples on demand for runs that draw in rounds. It is
+    deterministic for (params, seed) (the same items, in the same order, for the baseline and every variant),
+    possibly infinite, and never repeats a sample id; its order is stratified, so that any prefix covers the
+    task's slices evenly. ``samples(params, seed)`` is the task's default set (for built-in tasks: the stream's
+    first items). The default ``stream`` iterates ``samples`` (finite), so a task that only defines ``samples``
+    works unchanged. ``stream_size(params)`` is the stream's length, or None when unbounded or unknown.
+    """
 
     name: str = ""
     version: str = "1"
@@ -101,6 +111,17 @@ class Task(ABC):
     @abstractmethod
     def samples(self, params: dict[str, Any], seed: int) -> list[Sample]:
         """Deterministic samples for (params, seed)."""
+
+    def stream(self, params: dict[str, Any], seed: int, start: int = 0) -> Iterator[Sample]:
+        """Samples on demand from position ``start`` (see the class docstring). Default: ``samples``' items."""
+        yield from islice(self.samples(params, seed), start, None)
+
+    def stream_size(self, params: dict[str, Any], seed: int = 0) -> int | None:
+        """How many items ``stream`` yields: None when unbounded, or unknown (a plugin that overrides
+        ``stream`` but not this method). Default: the length of ``samples``."""
+        if type(self).stream is not Task.stream:
+            return None
+        return len(self.samples(params, seed))
 
     @abstractmethod
     def gen_settings(self, params: dict[str, Any]) -> GenSettings:

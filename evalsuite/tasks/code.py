@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any
+from typing import Any, Iterator
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.sandbox import SandboxConfig, SandboxResult, run, run_many
 from evalsuite.tasks.base import GenSettings, Sample, Score, Task
 from evalsuite.tasks.code_problems import Problem, builtin_problems, humaneval_problems
+from evalsuite.tasks.stream import round_robin
 
 COMPLETION_STOPS = ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\n#", "\n```")
 #: Chat answers end at the closing fence (the opening one is "```python"); the prose after it costs tokens.
@@ -87,13 +88,39 @@ class CodeTask(Task):
             (humaneval_problems() if src in ("humaneval", "both") else [])
 
     def samples(self, params: dict[str, Any], seed: int) -> list[Sample]:
+        """The default set: every problem of ``source`` (or ``limit`` of them, seeded), in problem order."""
         params = self.params(params)
         _validate(params)
+        return [self._sample(p, params) for p in self._chosen(params, seed)]
+
+    def stream(self, params: dict[str, Any], seed: int, start: int = 0) -> Iterator[Sample]:
+        """Finite: the default set in a seeded order that takes the sources in turn and, within a source, its
+        difficulties in turn (each shuffled), so a prefix holds the slices about equally while they last."""
+        params = self.params(params)
+        _validate(params)
+        rng = random.Random(f"code/{seed}/stream")
+        by_slice: dict[str, dict[str, list[Problem]]] = {}
+        for p in self._chosen(params, seed):
+            by_slice.setdefault(p.source, {}).setdefault(p.difficulty, []).append(p)
+        for levels in by_slice.values():
+            for group in levels.values():
+                rng.shuffle(group)
+        order = round_robin([round_robin(list(levels.values())) for levels in by_slice.values()])
+        for p in order[start:]:
+            yield self._sample(p, params)
+
+    def stream_size(self, params: dict[str, Any], seed: int = 0) -> int | None:
+        """The number of problems (HumanEval's 164, the built-in ones, or ``limit``)."""
+        params = self.params(params)
+        _validate(params)
+        return len(self._chosen(params, seed))
+
+    def _chosen(self, params: dict[str, Any], seed: int) -> list[Problem]:
         problems = self.problems(params)
         if params["limit"] and params["limit"] < len(problems):
             keep = set(random.Random(seed).sample(range(len(problems)), params["limit"]))
             problems = [p for i, p in enumerate(problems) if i in keep]
-        return [self._sample(p, params) for p in problems]
+        return problems
 
     def _sample(self, p: Problem, params: dict[str, Any]) -> Sample:
         target = {"entry_point": p.entry_point, "prompt": p.prompt, "test": p.test, "style": params["style"],

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import random
 import re
-from typing import Any
+from itertools import count, islice
+from typing import Any, Iterator
 
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import best_match
@@ -184,19 +185,23 @@ class JsonTask(Task):
                                       "prompt_format": "fields"}
 
     def samples(self, params: dict[str, Any], seed: int) -> list[Sample]:
+        """The default set: the stream's first ``n`` samples."""
+        params = self.params(params)
+        _validate(params)
+        return list(islice(self.stream(params, seed), params["n"]))
+
+    def stream(self, params: dict[str, Any], seed: int, start: int = 0) -> Iterator[Sample]:
+        """Endless: case i = 0, 1, 2, ... with the kinds in turn (``json/{seed}/{i}``)."""
         params = self.params(params)
         kinds = _validate(params)
-        out = []
-        for i in range(params["n"]):
+        for i in count(start):
             kind = kinds[i % len(kinds)]
             case = make_case(kind, random.Random(f"json-{seed}-{i}"))
             target = {"schema": case.schema, "truth": case.truth, "mode": params["mode"]}
             user = render(case, params["prompt_format"])
             messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
-            out.append(Sample(id=f"json/{seed}/{i}", target=target, messages=messages,
-                              metadata={"difficulty": kind, "entity": case.entity,
-                                        "ground_truth": case.truth is not None}))
-        return out
+            yield Sample(id=f"json/{seed}/{i}", target=target, messages=messages,
+                         metadata={"difficulty": kind, "entity": case.entity, "ground_truth": case.truth is not None})
 
     def gen_settings(self, params: dict[str, Any]) -> GenSettings:
         params = self.params(params)

@@ -8,18 +8,21 @@ length in tokens *of the model under test*: when the runner knows the model (``T
 measured with its own tokenizer and chat template and its haystack resized until the count is within 1% (at
 least 8 tokens) of ``context_len``; the measured count is kept as the sample's ``prompt_tokens`` metric, and a
 prompt that cannot fit the model's window with its answer is a one-line error. Without a model (a served model)
-the length is a tokenizer-free estimate calibrated on SmolLM2 (~10%).
+the length is a tokenizer-free estimate calibrated on SmolLM2 (~10%). The stream (``NeedleTask.stream``) cycles
+the grid in balanced order, one pass per repeat index; the default set is its first ``repeats`` passes.
 """
 from __future__ import annotations
 
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import count
+from typing import Any, Iterator
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.tasks import needle_text as nt
 from evalsuite.tasks.base import GenSettings, Sample, Score, Task
+from evalsuite.tasks.stream import balanced_grid
 
 KINDS = ("single", "multi_key", "multi_value", "multi_query", "variable_tracking")
 VALUE_TYPES = ("number", "word", "uuid")
@@ -108,6 +111,11 @@ def build_sample(kind: str, vtype: str, context_len: int, depth: float, rng: ran
     return f"{built.intro}\n\n{haystack}\n\n{built.question}", built
 
 
+def _grid_order(p: dict[str, Any]) -> list[tuple[int, ...]]:
+    """One pass over the grid: (kind, context_len, depth) index triples in balanced order."""
+    return balanced_grid((len(p["kinds"]), len(p["context_lens"]), len(p["depths"])))
+
+
 _NUMBER_COMMA = re.compile(r"(?<=\d),(?=\d{3})")
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 
@@ -134,9 +142,9 @@ def _check(p: dict[str, Any]) -> None:
         raise bad(f"context_lens must be integers >= 128; got {p['context_lens']!r}")
     if not p["depths"] or any(not isinstance(d, (int, float)) or not 0 <= d <= 1 for d in p["depths"]):
         raise bad(f"depths must be numbers in [0, 1]; got {p['depths']!r}")
-    if len(set(p["context_lens"])) < len(p["context_lens"]) or len({f"{d:.2f}" for d in p["depths"]}) < len(
-            p["depths"]):
-        raise bad("context_lens and depths must not repeat (depths are told apart at 2 decimals)")
+    if len(set(p["kinds"])) < len(p["kinds"]) or len(set(p["context_lens"])) < len(p["context_lens"]) or len(
+            {f"{d:.2f}" for d in p["depths"]}) < len(p["depths"]):
+        raise bad("kinds, context_lens and depths must not repeat (depths are told apart at 2 decimals)")
     for key, top in (("repeats", 1000), ("num_distractors", 20), ("num_values", 10), ("num_queries", 10),
                      ("vt_hops", 10), ("vt_chains", 10), ("max_new_tokens", 4096)):
         if not isinstance(p[key], int) or not 1 <= p[key] <= top:
@@ -164,20 +172,34 @@ class NeedleTask(Task):
         "max_new_tokens": 64,
     }
 
-    def samples(self, params: dict[str, Any], seed: int) -> list[Sample]:
+    def stream(self, params: dict[str, Any], seed: int, start: int = 0) -> Iterator[Sample]:
+        """Endless: the grid kind x context_len x depth in ``balanced_grid`` order (any prefix covers every kind,
+        length and depth evenly), pass after pass with the repeat index rep = 0, 1, 2, ... in the ids."""
         p = self.params(params)
         _check(p)
-        out: list[Sample] = []
-        for kind in p["kinds"]:
-            types = ["number"] if kind == "variable_tracking" else list(p["value_types"])
-            if kind in MULTI_ANSWER:
-                types = [t for t in types if t != "uuid"] or ["number"]  # keep answers short
-            for ci, ctx in enumerate(p["context_lens"]):
-                for di, depth in enumerate(p["depths"]):
-                    for rep in range(p["repeats"]):
-                        vtype = types[(ci + di + rep) % len(types)]  # a Latin square over ctx x depth
-                        out.append(self._sample(kind, vtype, ctx, float(depth), rep, seed, p))
-        return out
+        order = _grid_order(p)
+        for k in count(start):
+            rep, pos = divmod(k, len(order))
+            yield self._cell(p, order[pos], rep, seed)
+
+    def samples(self, params: dict[str, Any], seed: int) -> list[Sample]:
+        """The default set: the stream's first ``repeats`` passes, in grid order (kind, context_len, depth, rep)."""
+        p = self.params(params)
+        _check(p)
+        order = _grid_order(p)
+        keys = [(*order[k % len(order)], k // len(order)) for k in range(len(order) * p["repeats"])]
+        items = zip(keys, self.stream(p, seed))
+        return [s for _, s in sorted(items, key=lambda item: item[0])]
+
+    def _cell(self, p: dict[str, Any], cell: tuple[int, ...], rep: int, seed: int) -> Sample:
+        """The sample of grid cell (kind, context_len, depth indices) at repeat ``rep``."""
+        ki, ci, di = cell
+        kind = p["kinds"][ki]
+        types = ["number"] if kind == "variable_tracking" else list(p["value_types"])
+        if kind in MULTI_ANSWER:
+            types = [t for t in types if t != "uuid"] or ["number"]  # keep answers short
+        vtype = types[(ci + di + rep) % len(types)]  # a Latin square over ctx x depth
+        return self._sample(kind, vtype, p["context_lens"][ci], float(p["depths"][di]), rep, seed, p)
 
     def _sample(self, kind: str, vtype: str, ctx: int, depth: float, rep: int, seed: int,
                 p: dict[str, Any]) -> Sample:

@@ -11,10 +11,12 @@ import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from itertools import count
+from typing import Any, Iterator
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.tasks.base import GenSettings, Sample, Score, Task
+from evalsuite.tasks.stream import balanced_grid
 
 #: Worked examples shown as earlier chat turns: they fix the answer format (one calculation per line, then
 #: ``Answer: N``), which a small instruct model follows far better than a written instruction.
@@ -148,6 +150,19 @@ def _messages(question: str) -> tuple[dict[str, str], ...]:
     return (*turns, {"role": "user", "content": question})
 
 
+def _generated(steps: int, difficulty: str, i: int, seed: int) -> Sample:
+    """Problem ``i`` of the cell (steps, difficulty): depends on nothing else, so grids may change around it."""
+    sid = f"s{steps}/{difficulty}/{i}"
+    question, answer = make_problem(random.Random(f"reasoning/{seed}/{sid}"), steps, LEVELS[difficulty])
+    return Sample(id=sid, messages=_messages(question), target={"answer": answer},
+                  metadata={"steps": steps, "difficulty": difficulty})
+
+
+def _grid_order(p: dict[str, Any]) -> list[tuple[int, ...]]:
+    """One pass over the cells: (steps, difficulty) index pairs in balanced order."""
+    return balanced_grid((len(p["steps"]), len(p["difficulties"])))
+
+
 class ReasoningTask(Task):
     """Arithmetic word problems, exact numeric answer; binary score per sample."""
 
@@ -165,22 +180,40 @@ class ReasoningTask(Task):
     }
 
     def samples(self, params: dict[str, Any], seed: int) -> list[Sample]:
+        """The default set: generated, the stream's first ``per_cell`` passes in grid order (steps, difficulty,
+        index); from a jsonl, its rows (``limit`` of them, seeded) in file order."""
         p = self.params(params)
         if p["jsonl_path"]:
-            return self._file_samples(Path(p["jsonl_path"]).expanduser(), p["limit"], seed)
+            return self._file_samples(p, seed)
         _check(p)
-        out = []
-        for steps in p["steps"]:
-            for difficulty in p["difficulties"]:
-                for i in range(p["per_cell"]):
-                    sid = f"s{steps}/{difficulty}/{i}"
-                    question, answer = make_problem(random.Random(f"reasoning/{seed}/{sid}"), steps,
-                                                    LEVELS[difficulty])
-                    out.append(Sample(id=sid, messages=_messages(question), target={"answer": answer},
-                                      metadata={"steps": steps, "difficulty": difficulty}))
-        return out
+        order = _grid_order(p)
+        keys = [(*order[k % len(order)], k // len(order)) for k in range(len(order) * p["per_cell"])]
+        items = zip(keys, self.stream(p, seed))
+        return [s for _, s in sorted(items, key=lambda item: item[0])]
 
-    def _file_samples(self, path: Path, limit: Any, seed: int) -> list[Sample]:
+    def stream(self, params: dict[str, Any], seed: int, start: int = 0) -> Iterator[Sample]:
+        """Generated: endless, the steps x difficulty cells in ``balanced_grid`` order, pass after pass with the
+        index i = 0, 1, 2, ... in the ids. From a jsonl: finite, the default set in a seeded shuffled order."""
+        p = self.params(params)
+        if p["jsonl_path"]:
+            rows = self._file_samples(p, seed)
+            random.Random(f"reasoning/{seed}/jsonl-stream").shuffle(rows)
+            yield from rows[start:]
+            return
+        _check(p)
+        order = _grid_order(p)
+        for k in count(start):
+            i, pos = divmod(k, len(order))
+            si, di = order[pos]
+            yield _generated(p["steps"][si], p["difficulties"][di], i, seed)
+
+    def stream_size(self, params: dict[str, Any], seed: int = 0) -> int | None:
+        """None when generated (endless); the number of rows used from a jsonl."""
+        p = self.params(params)
+        return len(self._file_samples(p, seed)) if p["jsonl_path"] else None
+
+    def _file_samples(self, p: dict[str, Any], seed: int) -> list[Sample]:
+        path, limit = Path(p["jsonl_path"]).expanduser(), p["limit"]
         rows = load_gsm8k(path)
         if limit is not None:
             if not isinstance(limit, int) or limit < 1:
@@ -214,6 +247,9 @@ def _check(p: dict[str, Any]) -> None:
         raise EvalsuiteError(f"reasoning: steps must be integers in 1..10; got {p['steps']!r}")
     if not p["difficulties"] or any(d not in LEVELS for d in p["difficulties"]):
         raise EvalsuiteError(f"reasoning: difficulties must be among {', '.join(LEVELS)}; got {p['difficulties']!r}")
+    if len(set(p["steps"])) < len(p["steps"]) or len(set(p["difficulties"])) < len(p["difficulties"]):
+        raise EvalsuiteError(f"reasoning: steps and difficulties must not repeat; got {p['steps']!r}, "
+                             f"{p['difficulties']!r}")
     for key in ("per_cell", "max_new_tokens"):
         if not isinstance(p[key], int) or p[key] < 1:
             raise EvalsuiteError(f"reasoning: {key} must be a positive integer; got {p[key]!r}")
