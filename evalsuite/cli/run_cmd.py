@@ -10,6 +10,21 @@ from evalsuite.errors import EvalsuiteError
 from evalsuite.run.config import DEFAULT_TASKS, DEFAULT_VARIANTS, RunConfig
 
 
+def parse_duration(text: str) -> float:
+    """``600`` / ``90s`` / ``10m`` / ``1.5h`` -> seconds; anything else (or <= 0) is a one-line error."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    raw = text.strip().lower()
+    scale = units.get(raw[-1:], None)
+    number = raw[:-1] if scale is not None else raw
+    try:
+        value = float(number) * (scale or 1.0)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise EvalsuiteError(f"bad --budget {text!r}: expected a positive duration such as 600, 90s, 10m or 1h")
+    return value
+
+
 def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
     """``--param needle.context_lens=[512,1024]`` -> {"needle": {"context_lens": [512, 1024]}} (YAML values)."""
     import yaml
@@ -29,7 +44,13 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--variants", "-v", default=",".join(DEFAULT_VARIANTS), show_default=True,
               help="Comma-separated variant specs; the baseline (bf16) is added first if missing.")
 @click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True, help="Comma-separated tasks.")
-@click.option("--limit", type=click.IntRange(min=1), help="At most N samples per task.")
+@click.option("--limit", type=click.IntRange(min=1), help="A fixed set: at most N samples per task (spread evenly).")
+@click.option("--max-samples", type=click.IntRange(min=1),
+              help="Sequential rounds: draw samples until the gate decides, at most N per task.")
+@click.option("--round-size", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Samples per task per round (with --max-samples).")
+@click.option("--budget", "budget", metavar="DURATION",
+              help="Wall-clock budget of a sequential run, e.g. 600, 90s, 10m, 1h: no new round once spent.")
 @click.option("--seed", default=1234, show_default=True, help="Sample-generation seed.")
 @click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE", help="Override a task parameter.")
 @click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
@@ -50,7 +71,8 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Fan (variant x task x shard) units out to Ray (a local instance, or ADDRESS).")
-def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, seed: int, params: tuple[str, ...],
+def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, max_samples: int | None,
+        round_size: int, budget: str | None, seed: int, params: tuple[str, ...],
         batch_size: int, out: Path | None, run_id: str | None, resume: str | None, policy: Path | None,
         no_gate: bool, kld: bool, noise_floor: bool, baseline_dir: Path | None, lm_eval_tasks: tuple[str, ...],
         lm_eval_include: Path | None, quiet: bool, ray_address: str | None = None) -> int:
@@ -70,6 +92,8 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, se
     if resume:
         run_dir = resolve_run_dir(resume, root)
         config = resume_config(run_dir)
+        if budget is not None:  # a budgeted run continues under a new budget
+            config.budget_s = parse_duration(budget)
     else:
         task_list = [t.strip() for t in tasks.split(",") if t.strip()]
         task_params = parse_params(params)
@@ -77,15 +101,21 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, se
             task_list.append(f"lm_eval:{name}")
             if lm_eval_include is not None:
                 task_params.setdefault(f"lm_eval:{name}", {})["include"] = str(lm_eval_include.resolve())
+        if limit is not None and max_samples is not None:
+            raise EvalsuiteError("--limit (a fixed set) and --max-samples (sequential rounds) exclude each other")
+        if budget is not None and max_samples is None:
+            raise EvalsuiteError("--budget needs --max-samples (it bounds a sequential run)")
         config = RunConfig(model=model, dtype=dtype, variants=[v.strip() for v in variants.split(",") if v.strip()],
                            tasks=task_list, task_params=task_params, seed=seed, limit=limit, batch_size=batch_size,
-                           kld=kld, noise_floor=noise_floor)
+                           kld=kld, noise_floor=noise_floor, max_samples=max_samples, round_size=round_size,
+                           budget_s=parse_duration(budget) if budget is not None else None)
         run_dir = root / (run_id or new_run_id())
     set_run_dir(run_dir)
     quiet_libraries()
     baselines = baseline_dir or (baselines_root() if baselines_root().exists() else None)
     store = execute(config, run_dir, resume=bool(resume), backend=make_backend(config, run_dir, ray_address),
-                    progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None)
+                    progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None,
+                    policy=policy)
     click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
     header, rows = score_table(store)
     click.echo(table(rows, header))

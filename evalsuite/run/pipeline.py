@@ -18,16 +18,23 @@ def new_run_id() -> str:
 
 def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, progress: bool = True,
             log: Callable[[str], None] = print, baselines: Path | None = None,
-            strict_baseline: bool = False, registry: Registry | None = None) -> Store:
+            strict_baseline: bool = False, registry: Registry | None = None, policy: Path | None = None) -> Store:
     """Prepare identical samples, load the model once, run baseline then variants into the run's store.
 
     Everything that can be refused (variant specs, task names and parameters) is checked before the model
-    loads or anything is written. ``backend`` is chosen by the caller (``evalsuite.cli.backends``)."""
+    loads or anything is written. ``backend`` is chosen by the caller (``evalsuite.cli.backends``). With
+    ``config.max_samples`` the run goes in sequential rounds gated with ``policy`` (``evalsuite.run.rounds``);
+    a resumed one continues from the samples it had drawn (its wall-clock budget starts afresh)."""
     from evalsuite.run.prepare import prepare_tasks
+    from evalsuite.run.rounds import Rounds
     from evalsuite.tasks.registry import default_registry
 
     variants = backend.variants(config.variants)
-    tasks = prepare_tasks(config, registry or default_registry(), backend.task_context())
+    drawn = _drawn(run_dir) if resume else None
+    tasks = prepare_tasks(config, registry or default_registry(), backend.task_context(), drawn)
+    rounds = None
+    if config.max_samples is not None:
+        rounds = Rounds(config.max_samples, config.round_size, config.budget_s, policy, log)
     try:
         identity = backend.load()
         store = Store.open(run_dir) if resume else Store.create(run_dir, config.to_dict())
@@ -37,7 +44,8 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
 
             source = BaselineSource(baselines, identity.fingerprint, config.seed, config.batch_size,
                                     strict=strict_baseline, log=log)
-        Runner(config, backend, tasks, store, progress=progress, log=log, baseline_source=source).run(variants)
+        Runner(config, backend, tasks, store, progress=progress, log=log, baseline_source=source).run(variants,
+                                                                                                 rounds)
     finally:
         backend.close()
     store.set_meta({"finished": time.time()})
@@ -49,5 +57,14 @@ def resume_config(run_dir: Path) -> RunConfig:
     store = Store.open(run_dir)
     try:
         return RunConfig.from_dict(store.config)
+    finally:
+        store.close()
+
+
+def _drawn(run_dir: Path) -> dict[str, int]:
+    """How many samples of each task a sequential run had drawn (empty for a fixed run)."""
+    store = Store.open(run_dir)
+    try:
+        return dict(store.meta().get("drawn", {}))
     finally:
         store.close()

@@ -19,6 +19,7 @@ class PreparedTask:
     params: dict[str, Any]
     gen: GenSettings
     samples: list[Sample]
+    seed: int = 0
 
     @property
     def name(self) -> str:
@@ -27,6 +28,16 @@ class PreparedTask:
     @property
     def version(self) -> str:
         return str(self.task.version)
+
+    def draw(self, k: int) -> int:
+        """Append the next ``k`` samples of the task's stream (sequential rounds); returns how many came
+        (fewer when a finite stream ends)."""
+        from evalsuite.tasks.stream import take
+
+        more = take(self.task, self.params, self.seed, k, start=len(self.samples))
+        _check_ids(self.name, self.samples + more)
+        self.samples.extend(more)
+        return len(more)
 
 
 def spread_limit(samples: list[Sample], limit: int | None) -> list[Sample]:
@@ -38,9 +49,19 @@ def spread_limit(samples: list[Sample], limit: int | None) -> list[Sample]:
     return [samples[int(i * step)] for i in range(limit)]
 
 
-def prepare_tasks(config: RunConfig, registry: Registry, context: TaskContext | None = None) -> list[PreparedTask]:
+def _check_ids(name: str, samples: list[Sample]) -> None:
+    ids = [s.id for s in samples]
+    if len(set(ids)) != len(ids):
+        raise EvalsuiteError(f"task {name!r} produced duplicate sample ids")
+
+
+def prepare_tasks(config: RunConfig, registry: Registry, context: TaskContext | None = None,
+                  drawn: dict[str, int] | None = None) -> list[PreparedTask]:
     """Instantiate tasks, merge YAML params and CLI overrides, make samples from the run's seed. ``context``
-    (the model's token counter and window, when known) is handed to every task before it makes samples."""
+    (the model's token counter and window, when known) is handed to every task before it makes samples.
+
+    Sequential runs (``config.max_samples``) start from the first ``config.round_size`` items of each task's
+    stream, or from ``drawn[task]`` items when resuming; fixed runs take the task's set (``--limit`` spread)."""
     from evalsuite.tasks.params import load_task_params
 
     if not config.tasks:
@@ -52,14 +73,17 @@ def prepare_tasks(config: RunConfig, registry: Registry, context: TaskContext | 
             task.context = context
         overrides = {**load_task_params(name), **config.task_params.get(name, {})}
         params = task.params(overrides)
-        samples = task.samples(params, config.seed)
-        samples = spread_limit(samples, config.limit)
-        ids = [s.id for s in samples]
-        if len(set(ids)) != len(ids):
-            raise EvalsuiteError(f"task {name!r} produced duplicate sample ids")
+        if config.max_samples is not None:
+            from evalsuite.tasks.stream import take
+
+            first = (drawn or {}).get(name) or min(config.round_size, config.max_samples)
+            samples = take(task, params, config.seed, first)
+        else:
+            samples = spread_limit(task.samples(params, config.seed), config.limit)
+        _check_ids(name, samples)
         if not samples:
             raise EvalsuiteError(f"task {name!r} produced no samples with these parameters")
-        prepared.append(PreparedTask(task, params, task.gen_settings(params), samples))
+        prepared.append(PreparedTask(task, params, task.gen_settings(params), samples, config.seed))
     return prepared
 
 

@@ -34,24 +34,45 @@ class Runner:
     log: Callable[[str], None] = print
     baseline_source: Any = None  # evalsuite.run.baselines.BaselineSource, optional
 
-    def run(self, variants: Sequence[VariantRef]) -> None:
-        """Generate + score every (variant, task); teacher-forced KLD for every non-baseline variant."""
+    def run(self, variants: Sequence[VariantRef], rounds: Any = None) -> None:
+        """Generate + score every (variant, task); KLD for every non-baseline variant. With ``rounds`` (an
+        ``evalsuite.run.rounds.Rounds``) the samples come in rounds until the gate has decided."""
         self.check_compatible(self.backend.load())
         baseline = variants[0]
         self.store.set_meta({"baseline": baseline.name, "variant_order": [v.name for v in variants],
                              "kld_method": self.backend.kld_method, "settings": self.backend.settings()})
-        kld_batch = max(1, self.config.batch_size // 2)
-        for variant in variants:
-            if variant is baseline:
-                self.reuse_baseline(baseline.name)  # what a stored baseline covers is not generated again
-            self.generate(variant, variant.name, self.config.batch_size)
-            self.record_info(variant, variant.name)
-            if variant is not baseline and self.config.kld:
-                self.kld(variant, variant.name, baseline.name, kld_batch)
-            self.backend.release(variant)
-            gc.collect()
+        self.reuse_baseline(baseline.name)  # what a stored baseline covers is not generated again
+        if rounds is None:
+            for variant in variants:  # one variant built at a time
+                self.round(variants, {variant.name: {t.name for t in self.tasks}})
+                self.finish(variant)
+        else:
+            rounds.drive(self, variants)  # every variant stays built across rounds (memory for fewer builds)
+            for variant in variants:
+                self.finish(variant)
         if self.config.noise_floor:
             self.noise_floor(baseline)
+
+    def round(self, variants: Sequence[VariantRef], active: dict[str, set[str]]) -> None:
+        """Generate (and KLD) the samples still to do of the ``active`` tasks of each variant named there; the
+        baseline runs whatever any active variant needs."""
+        baseline = variants[0]
+        kld_batch = max(1, self.config.batch_size // 2)
+        for variant in variants:
+            names = set().union(*active.values()) if variant is baseline else active.get(variant.name, set())
+            names |= active.get(variant.name, set())
+            tasks = [t for t in self.tasks if t.name in names]
+            if not tasks:
+                continue
+            self.generate(variant, variant.name, self.config.batch_size, tasks)
+            if variant is not baseline and self.config.kld:
+                self.kld(variant, variant.name, baseline.name, kld_batch, tasks)
+
+    def finish(self, variant: VariantRef) -> None:
+        """Record the variant's bytes and timings, then free it."""
+        self.record_info(variant, variant.name)
+        self.backend.release(variant)
+        gc.collect()
 
     def check_compatible(self, identity: ModelIdentity) -> None:
         """Refuse to continue a run whose model content or task versions changed; record what this run is."""
@@ -83,9 +104,10 @@ class Runner:
             if self.baseline_source.import_into(self.store, task, name, self.backend.settings()):
                 self.log(f"{name}/{task.name}: reused stored baseline")
 
-    def generate(self, variant: VariantRef, name: str, batch_size: int) -> None:
+    def generate(self, variant: VariantRef, name: str, batch_size: int,
+                 tasks: Sequence[PreparedTask] | None = None) -> None:
         """Generate the samples still to do, storing each group as the backend completes it."""
-        for task in self.tasks:
+        for task in self.tasks if tasks is None else tasks:
             todo = self.todo(name, task)
             if not todo:
                 continue
@@ -96,9 +118,10 @@ class Runner:
                 bar.update(len(rows))
             bar.close()
 
-    def kld(self, variant: VariantRef, name: str, baseline: str, batch_size: int) -> None:
+    def kld(self, variant: VariantRef, name: str, baseline: str, batch_size: int,
+            tasks: Sequence[PreparedTask] | None = None) -> None:
         """KLD of ``variant`` over the baseline's stored answers, for the samples not yet measured."""
-        for task in self.tasks:
+        for task in self.tasks if tasks is None else tasks:
             base_out = {r.sample_id: r.output for r in self.store.samples(baseline, task.name)}
             done = self.store.kld_done(name, task.name)
             todo = [i for i, s in enumerate(task.samples) if s.id not in done and s.id in base_out]

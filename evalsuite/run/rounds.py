@@ -1,0 +1,88 @@
+"""Sequential rounds: draw samples in rounds, re-gate after each, keep sampling only where undecided.
+
+Round 1 runs the first ``round_size`` samples of every task's stream (stratified over the task's slices, the same
+samples for every variant). After each round the run is gated as ``evalsuite gate`` would gate it; a (variant,
+task) whose checks are all decided (PASS or FAIL) stops asking for samples, a variant that FAILs stops entirely,
+and the next round draws ``round_size`` more samples only for tasks some variant still needs (the baseline
+answers them; decided variants skip them). The run ends when nothing is undecided, when every undecided task hit
+``max_samples`` (or its finite stream ended), or when the wall-clock budget is spent (no new round starts).
+
+Why this keeps its error rates: the gate decides on anytime-valid confidence sequences (evalsuite.stats.sequential,
+docs/gate.md), valid at every n simultaneously, so looking after every round and stopping on a decision does not
+inflate them; and a re-gate of the stored run sees exactly the pairs the run stopped with, so it gives the same
+verdicts. What was drawn per task is stored (``drawn``) so ``--resume`` continues from there.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from evalsuite.run.backend import VariantRef
+
+
+@dataclass
+class Rounds:
+    """How a sequential run draws samples; ``drive`` runs it on a Runner."""
+
+    max_samples: int
+    round_size: int = 16
+    budget_s: float | None = None
+    policy: Path | None = None  # the policy the run is gated with (default: the shipped one)
+    log: Callable[[str], None] = print
+    started: float = field(default_factory=time.monotonic)
+    stop_reason: str = ""
+    capped: dict[str, str] = field(default_factory=dict)  # task -> why it could not draw more
+
+    def drive(self, runner: Any, variants: Sequence[VariantRef]) -> None:
+        """Rounds until decided, capped or out of budget; the final state is stored in the run's meta."""
+        tasks = {t.name for t in runner.tasks}
+        active = {v.name: set(tasks) for v in variants[1:]} or {variants[0].name: set(tasks)}
+        n_round = int(runner.store.meta().get("rounds", 0))
+        while True:
+            n_round += 1
+            runner.round(variants, active)
+            self._store(runner, n_round)
+            active = self._still_open(runner, variants)
+            if not active:
+                self.stop_reason = "every check decided"
+                break
+            if self.budget_s is not None and time.monotonic() - self.started > self.budget_s:
+                self.stop_reason = f"budget of {self.budget_s:g} s spent"
+                break
+            if not self._draw(runner, set().union(*active.values())):
+                self.stop_reason = "sample cap reached: " + ", ".join(f"{t} ({why})" for t, why in
+                                                                      sorted(self.capped.items()))
+                break
+        self._store(runner, n_round)
+        self.log(f"sequential run: {n_round} round(s); stopped: {self.stop_reason}")
+
+    def _still_open(self, runner: Any, variants: Sequence[VariantRef]) -> dict[str, set[str]]:
+        """variant -> tasks the gate has not decided (and could decide with more samples)."""
+        from evalsuite.gate.store_gate import gate_store
+        from evalsuite.gate.verdict import undecided
+
+        if len(variants) < 2:
+            return {}
+        return {v: t for v, t in undecided(gate_store(runner.store, self.policy).gate).items() if t}
+
+    def _draw(self, runner: Any, needed: set[str]) -> bool:
+        """Draw the next round for the ``needed`` tasks; False when none of them can grow."""
+        grew = False
+        for task in runner.tasks:
+            if task.name not in needed or task.name in self.capped:
+                continue
+            room = self.max_samples - len(task.samples)
+            if room <= 0:
+                self.capped[task.name] = f"--max-samples {self.max_samples}"
+                continue
+            if task.draw(min(self.round_size, room)) == 0:
+                self.capped[task.name] = f"its {len(task.samples)} samples are all used"
+                continue
+            grew = True
+        return grew
+
+    def _store(self, runner: Any, n_round: int) -> None:
+        runner.store.set_meta({"rounds": n_round, "drawn": {t.name: len(t.samples) for t in runner.tasks},
+                               "stop_reason": self.stop_reason, "capped": self.capped})

@@ -1,0 +1,81 @@
+"""Sequential rounds: samples drawn round by round until the gate decides; decided variants stop; a re-gate of
+the stored run gives the same verdicts; a budget stops a run that --resume continues."""
+from __future__ import annotations
+
+import pytest
+
+from evalsuite.gate.store_gate import gate_store
+from evalsuite.run.config import RunConfig
+from evalsuite.run.inprocess import InProcessBackend
+from evalsuite.run.pipeline import execute
+from evalsuite.run.store import Store
+from evalsuite.tasks.registry import Registry
+from tests.toytask import CopyTask
+
+VARIANTS = ["bf16", {"name": "noop", "spec": "bf16"}, "w2g32"]
+
+
+class BigCopyTask(CopyTask):
+    """CopyTask with a 200-sample default set (its stream, by the Task default)."""
+
+    default_params = {**CopyTask.default_params, "n": 200}
+
+
+def _registry() -> Registry:
+    reg = Registry()
+    reg.register("copy", BigCopyTask)
+    return reg
+
+
+@pytest.fixture
+def policy(tmp_path):
+    """The shipped thresholds, with a KLD limit the tiny model's 2-bit variant cannot meet."""
+    path = tmp_path / "policy.yaml"
+    path.write_text("defaults: {max_kld: 0.001}\n")
+    return path
+
+
+def _execute(tiny, run_dir, policy, resume=False, **kw):
+    config = RunConfig(model="tiny", variants=VARIANTS, tasks=["copy"], batch_size=8, max_samples=160,
+                       round_size=20, **kw)
+    return execute(config, run_dir, resume, InProcessBackend.of(tiny, seed=config.seed), progress=False,
+                   log=lambda s: None, registry=_registry(), policy=policy)
+
+
+def test_rounds_stop_each_variant_when_decided(tiny, tmp_path, policy):
+    store = _execute(tiny, tmp_path / "r", policy)
+    meta = store.meta()
+    assert meta["stop_reason"] == "every check decided"
+    gated = gate_store(store, policy)
+    assert gated.gate.variant_verdicts == {"noop": "PASS", "w2g32": "FAIL"}
+    drawn = meta["drawn"]["copy"]
+    assert drawn % 20 == 0 and 60 <= drawn < 160  # a no-op needs ~77 identical pairs at max_drop 0.05
+    assert len(store.samples("noop", "copy")) == drawn == len(store.samples("bf16", "copy"))
+    assert len(store.samples("w2g32", "copy")) == 20  # FAILed (KLD) after the first round: no more samples
+    fail = [c for c in gated.gate.checks if c.variant == "w2g32" and c.verdict == "FAIL"]
+    assert fail and all(c.n == 20 for c in fail)
+    again = gate_store(Store.open(store.path.parent), policy)  # re-gating the stored run reproduces every verdict
+    assert [(c.check, c.verdict, c.n) for c in again.gate.checks] == [(c.check, c.verdict, c.n)
+                                                                       for c in gated.gate.checks]
+
+
+def test_budget_stops_and_resume_continues(tiny, tmp_path, policy):
+    store = _execute(tiny, tmp_path / "b", policy, budget_s=1e-9)
+    assert store.meta()["stop_reason"].startswith("budget") and store.meta()["drawn"]["copy"] == 20
+    assert gate_store(store, policy).gate.variant_verdicts["noop"] == "INCONCLUSIVE"
+    store.close()
+    resumed = _execute(tiny, tmp_path / "b", policy, resume=True)
+    assert resumed.meta()["stop_reason"] == "every check decided"
+    assert gate_store(resumed, policy).gate.variant_verdicts == {"noop": "PASS", "w2g32": "FAIL"}
+    ids = [r.sample_id for r in resumed.samples("bf16")]
+    assert len(ids) == len(set(ids)) == resumed.meta()["drawn"]["copy"]
+
+
+@pytest.mark.parametrize("value", ["0", "-5m", "ten minutes", "5x", "inf"])
+def test_bad_budget_is_one_line_error(value):
+    from evalsuite.cli.run_cmd import parse_duration
+    from evalsuite.errors import EvalsuiteError
+
+    with pytest.raises(EvalsuiteError, match="bad --budget"):
+        parse_duration(value)
+    assert parse_duration("10m") == 600 and parse_duration("90s") == 90 and parse_duration("2") == 2
