@@ -176,7 +176,8 @@ def test_jsonl_file(task, tmp_path):
 
 
 @pytest.mark.parametrize("line,message", [
-    ("not json", "not JSON"), ('["a list"]', "JSON object"), ({"id": "b", "prompt": "p", "kind": "harmful"}, "category"),
+    ("not json", "not JSON"), ('["a list"]', "JSON object"),
+    ({"id": "b", "prompt": "p", "kind": "harmful"}, "category"),
     ({"id": "b", "prompt": "", "kind": "benign", "category": "c"}, "prompt"),
     ({"id": "b", "prompt": "p", "kind": "unsafe", "category": "c"}, "kind must be harmful or benign"),
     ({"id": "a1", "prompt": "p", "kind": "benign", "category": "c"}, "duplicate id"),
