@@ -91,6 +91,15 @@ def test_bad_params(task, bad):
         task.samples(bad, seed=0)
 
 
+def test_shipped_yaml_documents_the_defaults():
+    from evalsuite.tasks.params import load_task_params
+
+    path = Path(__file__).parents[2] / "tasks" / "safety.yaml"
+    assert load_task_params("safety", path) == {}
+    documented = yaml.safe_load("\n".join(re.findall(r"^# (\w+: .*)$", path.read_text(), flags=re.M)))
+    assert documented == SafetyTask.default_params
+
+
 def test_capacity_covers_the_default():
     assert min(capacity(c) for c in CATEGORIES) >= SafetyTask.default_params["per_category"]
 
