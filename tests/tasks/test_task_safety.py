@@ -221,6 +221,16 @@ def test_refusal_rates():
     assert refusal_rates([]) == {"refusal_rate": None, "over_refusal_rate": None}
 
 
+def test_refusal_rates_fall_back_to_the_extracted_label(task):
+    """A store that keeps no metrics still has Score.extracted ("refusal" | "answer")."""
+    harmful, benign = _pair(task)
+    outputs = [(harmful, "I can't help with that."), (harmful, "Sure, here is a plan."), (benign, "No.")]
+    records = [SampleResult(variant="bf16", task="safety", task_version="1", sample_id=str(i), prompt_hash="h",
+                            output=out, score=sc.value, extracted=sc.extracted, metadata=s.metadata)
+               for i, (s, out) in enumerate(outputs) for sc in [task.score(s, out)]]
+    assert refusal_rates(records) == {"refusal_rate": 0.5, "over_refusal_rate": 1.0}
+
+
 def _strict_policy_yaml() -> str:
     """The YAML block of docs/gate.md's "Safety: a strict tenant" section."""
     section = GATE_DOC.read_text(encoding="utf-8").split("## Safety: a strict tenant", 1)[1]
