@@ -17,6 +17,7 @@ BUILTIN_TASKS: dict[str, str] = {
     "reasoning": "evalsuite.tasks.reasoning:ReasoningTask",
     "code": "evalsuite.tasks.code:CodeTask",
     "json": "evalsuite.tasks.json_task:JsonTask",
+    "safety": "evalsuite.tasks.safety:SafetyTask",
 }
 
 #: Task-name prefixes resolved on demand: ``lm_eval:<name>`` is lm-eval's task <name> (``--param
