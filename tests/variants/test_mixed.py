@@ -73,6 +73,11 @@ def test_unmatched_pattern_fails_at_build(tiny):
 
 def test_kept_layer_outputs_unchanged(tiny):
     ids = torch.randint(0, 1000, (1, 12))
-    v = build_variant(tiny, parse_variant("w4g64[keep=l0-1]"))  # tiny has 2 layers: nothing quantized
+    v = build_variant(tiny, parse_variant("w4g64[keep=l0]"))
     with torch.no_grad():
-        assert torch.equal(v.model(ids).logits, tiny.model(ids).logits)
+        ref = tiny.model(ids, output_hidden_states=True)
+        out = v.model(ids, output_hidden_states=True)
+    assert torch.equal(ref.hidden_states[1], out.hidden_states[1])  # layer 0 kept: identical output
+    assert not torch.equal(ref.logits, out.logits)  # layer 1 quantized
+    with pytest.raises(EvalsuiteError, match="every Linear"):
+        build_variant(tiny, parse_variant("w4g64[keep=l0-1]"))
