@@ -59,6 +59,7 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, se
     """
     from evalsuite.run.pipeline import execute, new_run_id, resume_config, score_table
     from evalsuite.run.store import resolve_run_dir
+    from evalsuite.variants.spec import split_specs
 
     root = out or runs_root()
     if policy is not None and not policy.is_file():
@@ -67,7 +68,7 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, se
         run_dir = resolve_run_dir(resume, root)
         config = resume_config(run_dir)
     else:
-        config = RunConfig(model=model, dtype=dtype, variants=[v.strip() for v in variants.split(",") if v.strip()],
+        config = RunConfig(model=model, dtype=dtype, variants=split_specs(variants),
                            tasks=[t.strip() for t in tasks.split(",") if t.strip()], task_params=parse_params(params),
                            seed=seed, limit=limit, batch_size=batch_size, kld=kld, noise_floor=noise_floor,
                            lm_eval_tasks=list(lm_eval_tasks),
