@@ -82,3 +82,15 @@ def test_greedy_fix_reaches_target_and_halves(model, tmp_path):
     assert top2 == f"w2g32[keep={ranking[0].unit},{ranking[1].unit}]"
     assert resolve_top("w2g32[keep=top0]", ranking) == "w2g32"
     assert resolve_top("w2g32[keep=top0;w8=*.down_proj]", ranking) == "w2g32[w8=*.down_proj]"
+
+
+def test_ablate_top_n_needs_a_ranking_and_resolves(tmp_path):
+    from evalsuite.cli.ablate_cmd import ablate
+    from evalsuite.errors import EvalsuiteError
+
+    with pytest.raises(EvalsuiteError, match="sensitivity"):
+        ablate.main(["--sweep", "w4g64[keep=top{0,2}]"], standalone_mode=False)
+    bad = tmp_path / "r.json"
+    bad.write_text("{}")
+    with pytest.raises(EvalsuiteError, match="cannot read"):
+        ablate.main(["--sweep", "w4g64[keep=top{0,2}]", "--sensitivity", str(bad)], standalone_mode=False)
