@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tenants": ("evalsuite.cli.tenants_cmd:tenants", "Pick the cheapest passing variant per tenant."),
     "report": ("evalsuite.cli.report_cmd:report", "Rebuild a run's HTML/Markdown/JSON/JUnit report."),
     "ablate": ("evalsuite.cli.ablate_cmd:ablate", "Sweep group sizes/bits: quality vs bytes curves."),
+    "sensitivity": ("evalsuite.cli.sensitivity_cmd:sensitivity", "Per-layer sensitivity; --fix proposes a keep-set."),
     "plan": ("evalsuite.cli.plan_cmd:plan", "Capacity and bandwidth planner from a config.json."),
     "export-lm-eval": ("evalsuite.cli.lmeval_cmd:export_lm_eval", "Export a task as an lm-eval task folder."),
 }

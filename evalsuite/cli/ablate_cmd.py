@@ -18,10 +18,14 @@ from evalsuite.run.config import RunConfig
 @click.option("--seed", default=1234, show_default=True)
 @click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE")
 @click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--sensitivity", "sensitivity_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="results.json of `evalsuite sensitivity`: resolves keep=topN in sweeps, e.g. "
+                   "'w4g64[keep=top{0,2,4,8}]' (the N most sensitive weight units of that ranking).")
 @click.option("--run-id", help="Run folder name (default ablate-YYYYmmdd-HHMMSS).")
 @click.option("--quiet", "-q", is_flag=True)
 def ablate(model: str, dtype: str, sweeps: tuple[str, ...], tasks: str, limit: int | None, seed: int,
-           params: tuple[str, ...], batch_size: int, run_id: str | None, quiet: bool) -> int:
+           params: tuple[str, ...], batch_size: int, sensitivity_file: Path | None, run_id: str | None,
+           quiet: bool) -> int:
     """Run every swept variant and the baseline on identical samples; write a table and plots of each task's
     score (95% CI) and KLD against bytes (weight bytes, or KV bytes per token for KV-only variants), with the
     Pareto front marked, under reports/<run>/."""
@@ -34,7 +38,15 @@ def ablate(model: str, dtype: str, sweeps: tuple[str, ...], tasks: str, limit: i
     from evalsuite.variants.spec import parse_variant_list
 
     variants = ["bf16"] + [v for pattern in sweeps for v in expand_sweep(pattern)]
-    parse_variant_list(",".join(variants))  # bad specs or duplicates fail before anything runs
+    if sensitivity_file is not None:
+        from evalsuite.sensitivity.report import load_ranking, resolve_top
+
+        ranking = load_ranking(sensitivity_file)
+        variants = [resolve_top(v, ranking) for v in variants]
+    from evalsuite.variants.mixed import check_patterns
+
+    for spec in parse_variant_list(",".join(variants)):  # keep=topN without --sensitivity fails here, not later
+        check_patterns(p for _, pats in spec.weights.overrides for p in pats)
     config = RunConfig(model=model, dtype=dtype, variants=variants, tasks=[t.strip() for t in tasks.split(",")],
                        task_params=parse_params(params), seed=seed, limit=limit, batch_size=batch_size)
     quiet_libraries()

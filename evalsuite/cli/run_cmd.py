@@ -86,6 +86,7 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, ma
     from evalsuite.gate.policy import load_policy
     from evalsuite.run.pipeline import execute, new_run_id, resume_config
     from evalsuite.run.store import resolve_run_dir, score_table
+    from evalsuite.variants.spec import split_specs
 
     root = out or runs_root()
     load_policy(policy)  # a bad policy is refused before anything loads or runs
@@ -105,7 +106,7 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, ma
             raise EvalsuiteError("--limit (a fixed set) and --max-samples (sequential rounds) exclude each other")
         if budget is not None and max_samples is None:
             raise EvalsuiteError("--budget needs --max-samples (it bounds a sequential run)")
-        config = RunConfig(model=model, dtype=dtype, variants=[v.strip() for v in variants.split(",") if v.strip()],
+        config = RunConfig(model=model, dtype=dtype, variants=split_specs(variants),
                            tasks=task_list, task_params=task_params, seed=seed, limit=limit, batch_size=batch_size,
                            kld=kld, noise_floor=noise_floor, max_samples=max_samples, round_size=round_size,
                            budget_s=parse_duration(budget) if budget is not None else None)

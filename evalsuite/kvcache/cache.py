@@ -1,27 +1,38 @@
 """Build KV caches from a ``KVConfig`` and account for the bytes they hold."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
-from transformers.cache_utils import Cache, QuantizedCache, get_layer_types_and_kwargs
+from transformers.cache_utils import Cache, DynamicLayer, QuantizedCache, get_layer_types_and_kwargs
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.kvcache.config import KVConfig
+from evalsuite.kvcache.config import KVConfig, check_layers, layer_config
 from evalsuite.kvcache.layer import LayerPlan, QuantKVLayer
 from evalsuite.kvcache.quant import META_BYTES
 
 
 class QuantKVCache(Cache):
-    """evalsuite's quantized KV cache: one :class:`QuantKVLayer` per decoder layer."""
+    """evalsuite's quantized KV cache: one :class:`QuantKVLayer` per decoder layer (a ``DynamicLayer`` for layers
+    kept unquantized by per-layer bits ``[lN=16]``). ``plan`` is the base plan (prefill mode for the decoder)."""
 
-    def __init__(self, config: KVConfig, plan: LayerPlan, num_layers: int) -> None:
-        super().__init__(layers=[QuantKVLayer(plan) for _ in range(num_layers)])
+    def __init__(self, config: KVConfig, plan: LayerPlan, num_layers: int,
+                 plans: list[LayerPlan | None] | None = None) -> None:
+        plans = plans if plans is not None else [plan] * num_layers
+        super().__init__(layers=[QuantKVLayer(p) if p is not None else DynamicLayer() for p in plans])
         self.kv_config = config
         self.plan = plan
 
     def nbytes(self) -> int:
-        return sum(layer.nbytes() for layer in self.layers)
+        return sum(layer.nbytes() if isinstance(layer, QuantKVLayer) else _dynamic_nbytes(layer)
+                   for layer in self.layers)
+
+
+def _dynamic_nbytes(layer: DynamicLayer) -> int:
+    if not layer.is_initialized or layer.keys is None:
+        return 0
+    return layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
 
 
 def model_dims(model_config: Any) -> tuple[int, int, int]:
@@ -82,7 +93,13 @@ def make_cache(config: KVConfig, model_config: Any, keep_dequantized: bool = Tru
     # sliding-window layers keep every token: the model's masks apply the window (exact, but holds more than needed)
     _check_layer_types(model_config, {"full_attention", "sliding_attention"}, "evalsuite")
     layers, _, head_dim = model_dims(model_config)
-    return QuantKVCache(config, plan_for(config, head_dim, keep_dequantized), layers)
+    base = plan_for(replace(config, layer_bits=()), head_dim, keep_dequantized)
+    if not config.layer_bits:
+        return QuantKVCache(config, base, layers)
+    check_layers(config, layers)
+    plans = [None if (c := layer_config(config, i)) is None else plan_for(c, head_dim, keep_dequantized)
+             for i in range(layers)]
+    return QuantKVCache(config, base, layers, plans)
 
 
 def _tensor_bytes(obj: Any, seen: set[int]) -> int:
@@ -120,6 +137,10 @@ def kv_bytes_per_token(config: KVConfig | None, model_config: Any, dtype_bytes: 
     rows = 2 * layers * kv_heads
     if config is None:
         return float(rows * head_dim * dtype_bytes)
+    if config.layer_bits:  # per-layer bits: each layer at its own precision
+        check_layers(config, layers)
+        return sum(kv_bytes_per_token(layer_config(config, i), model_config, dtype_bytes) for i in range(layers)
+                   ) / layers
     if config.backend == "hf":
         return rows * head_dim * (config.bits / 8 + 2 * dtype_bytes / config.group)
     plan = plan_for(config, head_dim)
@@ -141,6 +162,11 @@ def kv_bytes_for_length(config: KVConfig | None, model_config: Any, n_tokens: in
         return int(batch * n_tokens * full)
     if config.backend != "evalsuite":
         raise EvalsuiteError("kv_bytes_for_length: only the evalsuite backend has an exact formula")
+    if config.layer_bits:
+        layers = model_dims(model_config)[0]
+        check_layers(config, layers)
+        return sum(kv_bytes_for_length(layer_config(config, i), model_config, n_tokens, batch, dtype_bytes)
+                   for i in range(layers)) // layers
     plan = plan_for(config, model_dims(model_config)[2])
     residual = n_tokens % plan.flush
     quant = kv_bytes_per_token(config, model_config, dtype_bytes) * (n_tokens - residual)

@@ -1,7 +1,7 @@
 """KV-cache quantization settings: what a variant's `+kv...` part parses into."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 KVBackend = Literal["evalsuite", "hf"]
@@ -18,6 +18,8 @@ class KVConfig:
     residual: the most recent ``residual`` tokens stay in full precision.
     key_axis: keys quantized per-channel (KIVI) or per-token; values are always per-token.
     prefill: ``exact`` (the prompt attends to full-precision K/V) or ``quantized`` (it reads quantized K/V).
+    layer_bits: per-layer overrides ``(first, last, bits)`` (inclusive layer range; bits 8/4/2 = int at the same
+    group/residual/axis, 16 = that layer's cache unquantized), spec form ``kv4g32[l0-1=8;l29=16]``.
     """
 
     backend: KVBackend = "evalsuite"
@@ -27,6 +29,10 @@ class KVConfig:
     residual: int = 128
     key_axis: Literal["channel", "token"] = "channel"
     prefill: Literal["exact", "quantized"] = "exact"
+    layer_bits: tuple[tuple[int, int, int], ...] = ()
+
+    def __post_init__(self) -> None:  # JSON/YAML give lists: normalize so equal configs compare equal
+        object.__setattr__(self, "layer_bits", tuple(tuple(int(x) for x in r) for r in self.layer_bits))
 
     @property
     def name(self) -> str:
@@ -36,7 +42,43 @@ class KVConfig:
         head = f"kv{self.bits}" if self.fmt == "int" else f"kvf8{self.fmt[-2:]}"
         tail = "" if self.key_axis == "channel" else "kt"
         tail += "" if self.prefill == "exact" else "pq"
-        return f"{head}g{self.group}r{self.residual}{tail}"
+        return f"{head}g{self.group}r{self.residual}{tail}{self.options}"
+
+    @property
+    def options(self) -> str:
+        """The per-layer part of the name, e.g. ``[l0-1=8;l29=16]`` ("" without overrides)."""
+        if not self.layer_bits:
+            return ""
+        items = [f"l{a}={b}" if a == z else f"l{a}-{z}={b}" for a, z, b in self.layer_bits]
+        return "[" + ";".join(items) + "]"
+
+    def bits_of(self, layer: int) -> int | None:
+        """Override bits of ``layer`` (16 = unquantized), or None when the layer uses the base format."""
+        for a, z, b in self.layer_bits:
+            if a <= layer <= z:
+                return b
+        return None
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def layer_config(config: KVConfig | None, layer: int) -> KVConfig | None:
+    """The plain (override-free) config of one layer: None when that layer's cache is unquantized (bits 16)."""
+    if config is None:
+        return None
+    bits = config.bits_of(layer)
+    if bits == 16:
+        return None
+    if bits is None:
+        return replace(config, layer_bits=())
+    return replace(config, fmt="int", bits=bits, layer_bits=())
+
+
+def check_layers(config: KVConfig, num_layers: int) -> None:
+    """Per-layer ranges must name existing layers."""
+    from evalsuite.errors import EvalsuiteError
+
+    bad = [f"l{a}-{z}" for a, z, _ in config.layer_bits if z >= num_layers]
+    if bad:
+        raise EvalsuiteError(f"{config.name}: layer range {bad[0]} is past the model's {num_layers} layers")

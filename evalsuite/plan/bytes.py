@@ -9,13 +9,13 @@ tokens stays at ``dtype_bytes`` (``full_precision_tokens``; the worst case is pl
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 from dataclasses import asdict, dataclass
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.kvcache.config import KVConfig
+from evalsuite.kvcache.config import KVConfig, check_layers, layer_config
 from evalsuite.plan.shape import ModelShape, count_params
+from evalsuite.variants.mixed import resolve_rules, rule_bytes
 from evalsuite.variants.spec import WeightSpec
 
 
@@ -34,35 +34,33 @@ class WeightBreakdown:
         return asdict(self)
 
 
-def _excluded(name: str, spec: WeightSpec) -> bool:
-    return any(fnmatch.fnmatch(name, pat) or name == pat for pat in spec.exclude)
-
-
-def _quantized_linears(shape: ModelShape, spec: WeightSpec) -> list[tuple[int, int]]:
-    """(out, in) of every Linear weight the spec quantizes (HF module names matched against ``exclude``)."""
-    out: list[tuple[int, int]] = []
-    for i in range(shape.layers):
-        for name, o, n_in, _ in shape.layer_linears():
-            if not _excluded(f"model.layers.{i}.{name}", spec):
-                out.append((o, n_in))
-    if not shape.tied and not _excluded("lm_head", spec):
-        out.append((shape.vocab, shape.hidden))
+def _linear_names(shape: ModelShape) -> dict[str, tuple[int, int]]:
+    """HF name -> (out, in) of every Linear weight of the model (lm_head only when untied)."""
+    out = {f"model.layers.{i}.{name}": (o, n_in) for i in range(shape.layers)
+           for name, o, n_in, _ in shape.layer_linears()}
+    if not shape.tied:
+        out["lm_head"] = (shape.vocab, shape.hidden)
     return out
 
 
 def weight_breakdown(shape: ModelShape, spec: WeightSpec, dtype_bytes: int = 2) -> WeightBreakdown:
-    """Bytes of the model's weights at ``spec`` (``fmt == 'none'``: every param at ``dtype_bytes``)."""
+    """Bytes of the model's weights at ``spec`` (``fmt == 'none'``: every param at ``dtype_bytes``).
+
+    Mixed precision counts each Linear at the precision its first matching ``[...]`` option gives it; groups
+    that do not divide a layer's input width fall back as quanto does (``effective_group``)."""
     total_params = count_params(shape).total
     if spec.fmt == "none":
         return WeightBreakdown(total_params * dtype_bytes, 0, 0, total_params * dtype_bytes, 0, total_params)
+    linears = _linear_names(shape)
     payload = meta = q_params = 0.0
-    for out_f, in_f in _quantized_linears(shape, spec):
+    for name, rule in resolve_rules(list(linears), spec).items():
+        if rule is None:
+            continue
+        out_f, in_f = linears[name]
+        pay, m = rule_bytes(rule, out_f, in_f, dtype_bytes)
         q_params += out_f * in_f
-        payload += out_f * in_f * spec.bytes_per_param
-        if spec.fmt == "int" and spec.bits < 8:
-            meta += out_f * math.ceil(in_f / (spec.group or in_f)) * 2 * dtype_bytes
-        else:
-            meta += out_f * dtype_bytes
+        payload += pay
+        meta += m
     unq = total_params - int(q_params)
     total = int(math.ceil(payload)) + int(meta) + unq * dtype_bytes
     return WeightBreakdown(total, int(math.ceil(payload)), int(meta), unq * dtype_bytes, int(q_params), unq)
@@ -99,6 +97,10 @@ def kv_bytes_per_value(shape: ModelShape, kv: KVConfig | None, dtype_bytes: int 
     """
     if kv is None:
         return float(dtype_bytes)
+    if kv.layer_bits:  # per-layer bits: the mean over layers
+        check_layers(kv, shape.layers)
+        return sum(kv_bytes_per_value(shape, layer_config(kv, i), dtype_bytes)
+                   for i in range(shape.layers)) / shape.layers
     if kv.backend == "hf":
         return kv.bits / 8 + 2 * dtype_bytes / kv.group
     n_meta = 2 if kv.fmt == "int" else 1

@@ -45,39 +45,41 @@ def formula_bytes(model: torch.nn.Module, spec: WeightSpec, dtype_bytes: int = 2
     """First-order formula: quantized N × bits/8 + group metadata, plus unquantized params × dtype bytes.
 
     Metadata: asymmetric int4/int2 keep a scale and a zero point per group; int8 and float8 keep one scale per
-    output row. Returns (bytes, quantized params, unquantized params). Tied weights count once.
+    output row. Each quantized module is counted at the precision the spec assigns it (mixed precision: the first
+    matching ``[...]`` option), not at what the module reports. Returns (bytes, quantized params, unquantized
+    params). Tied weights count once.
     """
     from optimum.quanto import QModuleMixin
 
-    quantized_ids: set[int] = set()
-    q_params, meta = 0, 0
-    if spec.fmt != "none":
-        for mod in model.modules():
-            if isinstance(mod, QModuleMixin) and mod.weight_qtype is not None:
-                w = mod.weight
-                out_rows = w.shape[0]
-                n = w.numel()
-                q_params += n
-                quantized_ids.add(id(mod))
-                if spec.fmt == "int" and spec.bits < 8:
-                    meta += (n // (mod.weight_group_size or w.shape[-1])) * 2 * dtype_bytes
-                else:
-                    meta += out_rows * dtype_bytes
+    from evalsuite.variants.mixed import rule_bytes
+
+    quantized = {n: m for n, m in model.named_modules() if isinstance(m, QModuleMixin) and m.weight_qtype is not None}
+    rules = _rules(model, spec) if spec.fmt != "none" else {}
+    q_params, total = 0, 0.0
+    for name, mod in quantized.items():
+        rule = rules.get(name, spec)
+        if rule is None:
+            raise ValueError(f"{name} is quantized but {spec.name} keeps it")
+        payload, meta = rule_bytes(rule, mod.weight.shape[0], mod.weight.shape[-1], dtype_bytes)
+        q_params += mod.weight.numel()
+        total += payload + meta
+    quantized_ids = {id(m) for m in quantized.values()}
     seen: set[int] = set()
     unq = 0
     for mod in model.modules():
-        if id(mod) in quantized_ids:
-            for name, p in mod.named_parameters(recurse=False):
-                if name != "weight" and p.data_ptr() not in seen:
-                    seen.add(p.data_ptr())
-                    unq += p.numel()
-            continue
-        for _, p in mod.named_parameters(recurse=False):
-            if p.data_ptr() not in seen:
-                seen.add(p.data_ptr())
-                unq += p.numel()
-    payload = q_params * spec.bytes_per_param if spec.fmt != "none" else 0
-    return int(payload + meta + unq * dtype_bytes), q_params, unq
+        for name, p in mod.named_parameters(recurse=False):
+            if (id(mod) in quantized_ids and name == "weight") or p.data_ptr() in seen:
+                continue
+            seen.add(p.data_ptr())
+            unq += p.numel()
+    return int(total + unq * dtype_bytes), q_params, unq
+
+
+def _rules(model: torch.nn.Module, spec: WeightSpec) -> dict[str, WeightSpec | None]:
+    from evalsuite.variants.mixed import resolve_rules
+
+    names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) or hasattr(m, "weight_qtype")]
+    return resolve_rules(names, spec)
 
 
 def weight_bytes(model: torch.nn.Module, spec: WeightSpec) -> WeightBytes:

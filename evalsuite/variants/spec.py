@@ -4,19 +4,25 @@ Weights: ``bf16`` / ``base`` (unquantized, the loaded dtype), ``w8``, ``w4`` (gr
 ``w2gN``, ``wf8``. KV: ``kvhf4`` / ``kvhf2`` (transformers QuantizedCache, quanto backend, optional ``gN``/``rN``),
 ``kv8``/``kv4``/``kv2`` (evalsuite cache, optional ``gN`` group, ``rN`` residual, ``kt`` keys per-token,
 ``pq`` quantized prefill), ``kvf8e4`` / ``kvf8e5`` (FP8). A spec may be the KV part alone (``kv4g32``).
+
+Mixed precision (``docs/sensitivity.md``): weights take ``[OPTION;OPTION]`` where an option is ``keep=PATTERNS``
+(those modules stay unquantized) or ``FORM=PATTERNS`` with a weight form (``w8=*.down_proj``, ``w4g32=l0-1``);
+patterns are comma-separated module globs, ``lN`` / ``lA-B`` = decoder layer(s). KV takes per-layer bits
+``[lA-B=BITS;...]`` with BITS 8/4/2, or 16 for an unquantized layer: ``w4g128[keep=l0,l29.mlp]+kv4g32[l0-1=8]``.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from evalsuite.errors import SpecError
 from evalsuite.kvcache.config import KVConfig
 
 VALID_FORMS = (
-    "bf16 | base | w8 | w4[gN] | w2[gN] | wf8, optionally +KV where KV is "
-    "kv8|kv4|kv2|kvf8e4|kvf8e5 [gN][rN][kt][pq] or kvhf4|kvhf2 [gN][rN]; or KV alone (e.g. w4g64+kv4g32, kv2g32r128)"
+    "bf16 | base | w8 | w4[gN] | w2[gN] | wf8 [keep=PATS;w8=PATS], optionally +KV where KV is "
+    "kv8|kv4|kv2|kvf8e4|kvf8e5 [gN][rN][kt][pq][lA-B=8|4|2|16] or kvhf4|kvhf2 [gN][rN]; or KV alone "
+    "(e.g. w4g64+kv4g32, w4g128[keep=l0,l29.mlp], kv4g32[l0-1=8])"
 )
 DEFAULT_EXCLUDE = ("lm_head",)
 
@@ -24,6 +30,8 @@ _W_RE = re.compile(r"^w(?P<bits>8|4|2|f8)(?:g(?P<group>\d+))?$")
 _KV_RE = re.compile(
     r"^kv(?P<hf>hf)?(?P<fmt>8|4|2|f8e4|f8e5)(?:g(?P<group>\d+))?(?:r(?P<res>\d+))?(?P<kt>kt)?(?P<pq>pq)?$"
 )
+_OPTS_RE = re.compile(r"^(?P<head>[^\[\]]+)(?:\[(?P<opts>[^\[\]]*)\])?$")
+_KV_OPT_RE = re.compile(r"^l(\d+)(?:-(\d+))?=(8|4|2|16)$")
 
 
 @dataclass(frozen=True)
@@ -34,14 +42,33 @@ class WeightSpec:
     bits: int = 16
     group: int | None = None
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    #: mixed precision: (``keep`` or a weight form such as ``w8``, module patterns), first match wins
+    overrides: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def __post_init__(self) -> None:  # JSON/YAML give lists: normalize so equal specs compare equal
+        object.__setattr__(self, "overrides", tuple((k, tuple(p)) for k, p in self.overrides))
 
     @property
-    def name(self) -> str:
+    def base_name(self) -> str:
         if self.fmt == "none":
             return "bf16"
         if self.fmt == "float8":
             return "wf8"
         return f"w{self.bits}" + (f"g{self.group}" if self.group else "")
+
+    @property
+    def name(self) -> str:
+        if not self.overrides:
+            return self.base_name
+        return self.base_name + "[" + ";".join(f"{k}={','.join(p)}" for k, p in self.overrides) + "]"
+
+    def with_keep(self, patterns: Sequence[str]) -> WeightSpec:
+        """This spec with ``patterns`` added to a leading ``keep=`` option (no-op for an empty list)."""
+        if not patterns:
+            return self
+        rest = [(k, p) for k, p in self.overrides if k != "keep"]
+        old = next((p for k, p in self.overrides if k == "keep"), ())
+        return replace(self, overrides=(("keep", tuple(old) + tuple(patterns)), *rest))
 
     @property
     def bytes_per_param(self) -> float:
@@ -75,7 +102,8 @@ class VariantSpec:
         return {
             "name": self.name,
             "weights": {"fmt": self.weights.fmt, "bits": self.weights.bits, "group": self.weights.group,
-                        "exclude": list(self.weights.exclude)},
+                        "exclude": list(self.weights.exclude),
+                        "overrides": [[k, list(p)] for k, p in self.weights.overrides]},
             "kv": self.kv.to_dict() if self.kv else None,
         }
 
@@ -85,7 +113,45 @@ def _bad(text: str, why: str = "") -> SpecError:
     return SpecError(f"bad variant spec {text!r}{extra}; valid forms: {VALID_FORMS}")
 
 
+def override_spec(key: str) -> WeightSpec | None:
+    """The precision an option key stands for: None for ``keep``, else the weight form it names."""
+    return None if key == "keep" else _parse_weights(key, key)
+
+
+def _parse_overrides(text: str, opts: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    from evalsuite.variants.mixed import PATTERN_RE
+
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for item in opts.split(";"):
+        key, eq, pats = item.strip().partition("=")
+        patterns = tuple(p.strip() for p in pats.split(","))
+        if not eq or not key or not all(patterns):
+            raise _bad(text, f"option {item.strip()!r} is not keep=PATTERNS or FORM=PATTERNS")
+        bad = [p for p in patterns if not PATTERN_RE.match(p)]
+        if bad:
+            raise _bad(text, f"pattern {bad[0]!r} may hold only a-z 0-9 _ . * ? -")
+        if key in ("bf16", "base", "none"):
+            key = "keep"
+        if key != "keep":
+            form = _parse_weights(text, key)
+            if form.fmt == "none" or form.overrides:
+                raise _bad(text, f"option key {key!r} must be keep or a weight form (w8, w4g32, wf8)")
+            key = form.name
+        if key in [k for k, _ in out]:
+            raise _bad(text, f"option {key!r} given twice")
+        out.append((key, patterns))
+    return tuple(out)
+
+
 def _parse_weights(text: str, part: str) -> WeightSpec:
+    m_opts = _OPTS_RE.match(part)
+    if m_opts and m_opts["opts"] is not None:
+        base = _parse_weights(text, m_opts["head"])
+        if base.fmt == "none":
+            raise _bad(text, "mixed-precision options need a quantized base (e.g. w4g64[keep=l0])")
+        if not m_opts["opts"].strip():
+            raise _bad(text, "empty [] options")
+        return replace(base, overrides=_parse_overrides(text, m_opts["opts"]))
     if part in ("bf16", "base", "fp16", "fp32", "none"):
         return WeightSpec()
     m = _W_RE.match(part)
@@ -106,7 +172,26 @@ def _parse_weights(text: str, part: str) -> WeightSpec:
     return WeightSpec(fmt="int", bits=bits, group=group)
 
 
+def _parse_layer_bits(text: str, opts: str) -> tuple[tuple[int, int, int], ...]:
+    out: list[tuple[int, int, int]] = []
+    for item in opts.split(";"):
+        m = _KV_OPT_RE.match(item.strip())
+        if not m:
+            raise _bad(text, f"KV option {item.strip()!r} is not lN=BITS or lA-B=BITS (BITS 8, 4, 2 or 16)")
+        lo, hi = int(m[1]), int(m[2] if m[2] is not None else m[1])
+        if hi < lo or any(a <= hi and lo <= z for a, z, _ in out):
+            raise _bad(text, f"KV layer range {item.strip()!r} is reversed or overlaps another")
+        out.append((lo, hi, int(m[3])))
+    return tuple(out)
+
+
 def _parse_kv(text: str, part: str) -> KVConfig:
+    m_opts = _OPTS_RE.match(part)
+    if m_opts and m_opts["opts"] is not None:
+        base = _parse_kv(text, m_opts["head"])
+        if base.backend == "hf":
+            raise _bad(text, "per-layer KV bits need evalsuite's cache (not kvhf)")
+        return replace(base, layer_bits=_parse_layer_bits(text, m_opts["opts"]))
     m = _KV_RE.match(part)
     if not m:
         raise _bad(text, f"unknown KV part {part!r}")
@@ -151,9 +236,22 @@ def parse_variant(text: str) -> VariantSpec:
     return VariantSpec(weights=weights, kv=kv)
 
 
+def split_specs(text: str) -> list[str]:
+    """Split a comma-separated list of specs, leaving commas inside ``[...]`` alone."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [t.strip() for t in out + [cur] if t.strip()]
+
+
 def parse_variant_list(text: str) -> list[VariantSpec]:
     """Parse a comma-separated list; duplicates are an error."""
-    specs = [parse_variant(t) for t in text.split(",") if t.strip()]
+    specs = [parse_variant(t) for t in split_specs(text)]
     if not specs:
         raise SpecError(f"no variants given; valid forms: {VALID_FORMS}")
     names = [s.name for s in specs]
@@ -171,18 +269,40 @@ def variant_from_dict(d: dict[str, Any]) -> VariantSpec:
     try:
         weights = base.weights
         if "weights" in d and d["weights"] is not None:
-            w = dict(d["weights"])
-            if "exclude" in w:
-                w["exclude"] = tuple(w["exclude"])
+            w = _yaml_weights(dict(d["weights"]))
             weights = replace(weights, **w) if "spec" in d else WeightSpec(**w)
         kv = base.kv
         if "kv" in d:
-            kv = None if d["kv"] is None else (replace(kv, **d["kv"]) if kv else KVConfig(**d["kv"]))
+            kvd = None if d["kv"] is None else _yaml_kv(dict(d["kv"]))
+            kv = None if kvd is None else (replace(kv, **kvd) if kv else KVConfig(**kvd))
     except TypeError as exc:
         raise SpecError(f"bad variant entry {d!r}: {exc}") from None
     spec = VariantSpec(weights=weights, kv=kv, label=d.get("name"))
     _validate(spec)
     return spec
+
+
+def _yaml_weights(w: dict[str, Any]) -> dict[str, Any]:
+    """YAML weights: ``keep: [PATTERN, ...]`` and ``overrides: {w8: [PATTERN, ...]}`` become ``overrides``."""
+    if "exclude" in w:
+        w["exclude"] = tuple(w["exclude"])
+    keep, extra = w.pop("keep", None), w.pop("overrides", None)
+    if keep is None and extra is None:
+        return w
+    items = ([("keep", list(keep))] if keep else []) + list((extra or {}).items() if isinstance(extra, dict)
+                                                            else extra or [])
+    opts = ";".join(f"{k}={','.join(str(p) for p in (v if isinstance(v, list) else [v]))}" for k, v in items)
+    w["overrides"] = _parse_overrides(f"[{opts}]", opts.lower()) if opts else ()
+    return w
+
+
+def _yaml_kv(kv: dict[str, Any]) -> dict[str, Any]:
+    """YAML KV: ``layers: {"0-1": 8, 29: 16}`` becomes ``layer_bits``."""
+    layers = kv.pop("layers", None)
+    if layers:
+        opts = ";".join(f"l{k}={v}" for k, v in dict(layers).items())
+        kv["layer_bits"] = _parse_layer_bits(f"layers: {layers}", opts)
+    return kv
 
 
 def _validate(spec: VariantSpec) -> None:
@@ -195,3 +315,7 @@ def _validate(spec: VariantSpec) -> None:
             raise SpecError(f"bad kv {kv}; valid forms: {VALID_FORMS}")
         if kv.key_axis not in ("channel", "token") or kv.prefill not in ("exact", "quantized"):
             raise SpecError(f"bad kv {kv}: key_axis is channel|token, prefill is exact|quantized")
+        if kv.layer_bits and kv.backend == "hf":
+            raise SpecError("per-layer KV bits need evalsuite's cache (not the hf backend)")
+    if w.overrides and w.fmt == "none":
+        raise SpecError("mixed-precision options need a quantized weight format")

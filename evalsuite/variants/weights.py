@@ -7,6 +7,7 @@ import fnmatch
 import torch
 
 from evalsuite.errors import EvalsuiteError
+from evalsuite.variants.mixed import effective_group, resolve_rules
 from evalsuite.variants.spec import WeightSpec
 
 
@@ -25,16 +26,27 @@ def _exclude_patterns(model: torch.nn.Module, spec: WeightSpec) -> list[str]:
     return out
 
 
-def effective_group(in_features: int, group: int) -> int:
-    """The group used for a layer: ``group`` when it divides the input width, else quanto's rule (step down by
-    32 to the first divisor, not below 32), as llama.cpp also falls back on tensors its block does not divide.
-    E.g. SmolLM2's 576-wide layers use 96 under ``w4g128``; its 1536-wide down_proj keeps 128."""
-    g = group
-    while in_features % g and g > 32:
-        g -= 32
-    if in_features % g:
-        raise EvalsuiteError(f"weight group {group} fits no divisor of input width {in_features}")
-    return g
+def linear_names(model: torch.nn.Module) -> list[str]:
+    """Dotted names of the model's Linear modules (what quanto quantizes)."""
+    return [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+
+
+def quantize_named(model: torch.nn.Module, rules: dict[str, WeightSpec | None]) -> int:
+    """Quantize (in place, not frozen) the named Linear modules of ``model`` at their rule's precision, the group
+    size set per module (quanto's rule for widths it does not divide). Returns the number quantized."""
+    from optimum.quanto import quantize
+
+    by_form: dict[WeightSpec, list[str]] = {}
+    for name, rule in rules.items():
+        if rule is not None and rule.fmt != "none":
+            by_form.setdefault(rule, []).append(name)
+    for rule, names in by_form.items():
+        quantize(model, weights=_qtype(rule), include=names)
+        for name in names:
+            mod = model.get_submodule(name)
+            if rule.group is not None:
+                mod.weight_group_size = effective_group(mod.weight.shape[-1], rule.group)
+    return sum(len(n) for n in by_form.values())
 
 
 def quantize_weights(model: torch.nn.Module, spec: WeightSpec) -> torch.nn.Module:
@@ -44,6 +56,12 @@ def quantize_weights(model: torch.nn.Module, spec: WeightSpec) -> torch.nn.Modul
     from optimum.quanto import QModuleMixin, freeze, quantize
 
     qmodel = copy.deepcopy(model)
+    if spec.overrides:  # mixed precision: each Linear at the precision of the first option matching it
+        with torch.no_grad():
+            if quantize_named(qmodel, resolve_rules(linear_names(qmodel), spec)) == 0:
+                raise EvalsuiteError(f"{spec.name}: every Linear layer is kept unquantized")
+            freeze(qmodel)
+        return qmodel.eval()
     with torch.no_grad():  # qint4/qint2 fail under inference_mode
         quantize(qmodel, weights=_qtype(spec), exclude=_exclude_patterns(qmodel, spec) or None)
         count = 0

@@ -213,3 +213,56 @@ def test_sliding_window_model_supported_by_evalsuite_backend_only() -> None:
     assert torch.allclose(out, ref, atol=1e-5) and gen.shape == (2, 42)
     with pytest.raises(EvalsuiteError):
         make_cache(KVConfig(backend="hf", bits=4, group=32), cfg)
+
+
+@pytest.mark.parametrize("text", ["kv4g32r32[l0=8]", "kv4g32r32[l1=16]", "kv2g8r16[l0=16;l1=4]",
+                                  "kvf8e4g32r32[l1=2]"])
+def test_per_layer_bits_exact_bytes(model, text: str) -> None:
+    from transformers.cache_utils import DynamicLayer
+
+    from evalsuite.plan.bytes import kv_bytes_for_context, kv_bytes_per_token as plan_bpt
+    from evalsuite.plan.shape import shape_from_config
+    from evalsuite.variants.spec import parse_variant
+
+    cfg = parse_variant(text).kv
+    cache = make_cache(cfg, model.config)
+    assert [isinstance(layer, DynamicLayer) for layer in cache.layers] == [cfg.bits_of(i) == 16 for i in range(2)]
+    ids = _ids(length=64)
+    with torch.no_grad():
+        out = model(ids, cache=cache, use_cache=True)
+        assert cache_nbytes(cache) == kv_bytes_for_length(cfg, model.config, 64, batch=2)
+        model(out.logits[:, -1:].argmax(-1), cache=cache, use_cache=True)
+    assert cache_nbytes(cache) == kv_bytes_for_length(cfg, model.config, 65, batch=2)
+    layers = [parse_variant(text.split("[")[0]).kv, None]  # what each layer would hold on its own
+    for i, layer in enumerate(cache.layers):
+        bits = cfg.bits_of(i)
+        if bits == 16:
+            assert layer.keys.shape[-2] == 65
+        elif bits is not None:
+            assert layer.plan.bits == bits and layer.plan.fmt == "int"
+    uniform = kv_bytes_per_token(layers[0], model.config)
+    assert kv_bytes_per_token(cfg, model.config) != uniform  # the override changes the formula
+    shape = shape_from_config(model.config.to_dict())
+    assert plan_bpt(shape, cfg) == pytest.approx(kv_bytes_per_token(cfg, model.config))
+    assert kv_bytes_for_context(shape, cfg, 64) >= kv_bytes_for_length(cfg, model.config, 64)  # planner: worst case
+
+
+def test_per_layer_bits_past_last_layer_is_error(model) -> None:
+    from evalsuite.variants.spec import parse_variant
+
+    with pytest.raises(EvalsuiteError, match="l5"):
+        make_cache(parse_variant("kv4g32[l5=8]").kv, model.config)
+
+
+def test_only_one_layer_quantized_changes_decode(model) -> None:
+    from evalsuite.variants.spec import parse_variant
+
+    ids = _ids(length=40)
+    outs = []
+    with torch.no_grad():
+        for text in (None, "kv2g8r0[l1=16]", "kv2g8r0[l0=16]", "kv2g8r0[l0-1=16]"):
+            cache = make_cache(parse_variant(text).kv, model.config) if text else DynamicCache(config=model.config)
+            model(ids[:, :30], cache=cache, use_cache=True)
+            outs.append(model(ids[:, 30:], cache=cache, use_cache=True).logits)
+    assert torch.equal(outs[0], outs[3])  # every layer kept at 16 bits = the unquantized cache
+    assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2]) and not torch.equal(outs[1], outs[2])
