@@ -5,7 +5,9 @@ samples for every variant). After each round the run is gated as ``evalsuite gat
 task) whose checks are all decided (PASS or FAIL) stops asking for samples, a variant that FAILs stops entirely,
 and the next round draws ``round_size`` more samples only for tasks some variant still needs (the baseline
 answers them; decided variants skip them). The run ends when nothing is undecided, when every undecided task hit
-``max_samples`` (or its finite stream ended), or when the wall-clock budget is spent (no new round starts).
+``max_samples`` (or its finite stream ended), or when the wall-clock budget is spent: no new (variant, task)
+starts and a generation in progress stops after its current batch, so a round can end partway (rounds go task by
+task through every variant, so the budget cuts all variants alike).
 
 Why this keeps its error rates: the gate decides on anytime-valid confidence sequences (evalsuite.stats.sequential,
 docs/gate.md), valid at every n simultaneously, so looking after every round and stopping on a decision does not
@@ -40,16 +42,18 @@ class Rounds:
         tasks = {t.name for t in runner.tasks}
         active = {v.name: set(tasks) for v in variants[1:]} or {variants[0].name: set(tasks)}
         n_round = int(runner.store.meta().get("rounds", 0))
+        if self.budget_s is not None:
+            runner.deadline = self.started + self.budget_s
         while True:
             n_round += 1
-            runner.round(variants, active)
+            runner.round(variants, active, task_major=True)
             self._store(runner, n_round)
+            if runner.out_of_time():
+                self.stop_reason = f"budget of {self.budget_s:g} s spent"
+                break
             active = self._still_open(runner, variants)
             if not active:
                 self.stop_reason = "every check decided"
-                break
-            if self.budget_s is not None and time.monotonic() - self.started > self.budget_s:
-                self.stop_reason = f"budget of {self.budget_s:g} s spent"
                 break
             if not self._draw(runner, set().union(*active.values())):
                 self.stop_reason = "sample cap reached: " + ", ".join(f"{t} ({why})" for t, why in

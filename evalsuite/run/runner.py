@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -33,6 +34,7 @@ class Runner:
     progress: bool = True
     log: Callable[[str], None] = print
     baseline_source: Any = None  # evalsuite.run.baselines.BaselineSource, optional
+    deadline: float | None = None  # time.monotonic() after which no new work starts (a sequential budget)
 
     def run(self, variants: Sequence[VariantRef], rounds: Any = None) -> None:
         """Generate + score every (variant, task); KLD for every non-baseline variant. With ``rounds`` (an
@@ -53,20 +55,26 @@ class Runner:
         if self.config.noise_floor:
             self.noise_floor(baseline)
 
-    def round(self, variants: Sequence[VariantRef], active: dict[str, set[str]]) -> None:
+    def round(self, variants: Sequence[VariantRef], active: dict[str, set[str]], task_major: bool = False) -> None:
         """Generate (and KLD) the samples still to do of the ``active`` tasks of each variant named there; the
-        baseline runs whatever any active variant needs."""
+        baseline runs whatever any active variant needs. ``task_major`` goes task by task through every variant
+        (so a deadline cuts all variants alike), else variant by variant (one built variant at a time)."""
         baseline = variants[0]
         kld_batch = max(1, self.config.batch_size // 2)
-        for variant in variants:
-            names = set().union(*active.values()) if variant is baseline else active.get(variant.name, set())
-            names |= active.get(variant.name, set())
-            tasks = [t for t in self.tasks if t.name in names]
-            if not tasks:
+        union = set().union(*active.values())
+        wanted = {v.name: (union if v is baseline else set()) | active.get(v.name, set()) for v in variants}
+        pairs = ([(v, t) for t in self.tasks for v in variants] if task_major
+                 else [(v, t) for v in variants for t in self.tasks])
+        for variant, task in pairs:
+            if task.name not in wanted[variant.name] or self.out_of_time():
                 continue
-            self.generate(variant, variant.name, self.config.batch_size, tasks)
+            self.generate(variant, variant.name, self.config.batch_size, [task])
             if variant is not baseline and self.config.kld:
-                self.kld(variant, variant.name, baseline.name, kld_batch, tasks)
+                self.kld(variant, variant.name, baseline.name, kld_batch, [task])
+
+    def out_of_time(self) -> bool:
+        """Whether the run's deadline (a sequential run's wall-clock budget) has passed."""
+        return self.deadline is not None and time.monotonic() > self.deadline
 
     def finish(self, variant: VariantRef) -> None:
         """Record the variant's bytes and timings, then free it."""
@@ -116,6 +124,8 @@ class Runner:
                 done = self.store.done_ids(name, task.name)  # a retried shard may repeat stored rows
                 self.store.put_samples(r for r in rows if r.sample_id not in done)
                 bar.update(len(rows))
+                if self.out_of_time():
+                    break  # what is stored stays; the rest of this round is not generated
             bar.close()
 
     def kld(self, variant: VariantRef, name: str, baseline: str, batch_size: int,

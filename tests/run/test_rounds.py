@@ -62,7 +62,7 @@ def test_rounds_stop_each_variant_when_decided(tiny, tmp_path, policy):
 def test_budget_stops_and_resume_continues(tiny, tmp_path, policy):
     store = _execute(tiny, tmp_path / "b", policy, budget_s=1e-9)
     assert store.meta()["stop_reason"].startswith("budget") and store.meta()["drawn"]["copy"] == 20
-    assert gate_store(store, policy).gate.variant_verdicts["noop"] == "INCONCLUSIVE"
+    assert store.samples() == []  # the budget was spent before any work started: nothing began
     store.close()
     resumed = _execute(tiny, tmp_path / "b", policy, resume=True)
     assert resumed.meta()["stop_reason"] == "every check decided"
