@@ -50,11 +50,12 @@ def tiny(tokenizer):
 
 @pytest.fixture(scope="session")
 def embedded():
-    """The real embedded model (SmolLM2-135M-Instruct), bf16. Tests using it are marked ``embedded``."""
+    """The real embedded model (SmolLM2-135M-Instruct): bf16 weights, computed in the faster of bf16 / fp32 on
+    this machine (``--dtype auto``). Tests using it are marked ``embedded``."""
     from evalsuite.models import load_model, offline
 
     offline()
-    return load_model("default")
+    return load_model("default", "auto")
 
 
 def greedy_answers(loaded, samples, max_new_tokens=None, gen=None):

@@ -14,9 +14,10 @@ MODEL_HELP = "'default' (embedded SmolLM2-135M-Instruct), a local folder, a .ggu
 
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--model and --dtype."""
-    fn = click.option("--dtype", default="bfloat16", show_default=True,
-                      type=click.Choice(["bfloat16", "float32", "float16"]),
-                      help="Baseline dtype (the reference of every comparison).")(fn)
+    fn = click.option("--dtype", default="auto", show_default=True,
+                      type=click.Choice(["auto", "bfloat16", "float32", "float16"]),
+                      help="Baseline dtype (the reference of every comparison). auto: bf16 weights, computed in "
+                           "bf16 or fp32, whichever this machine multiplies faster (measured at load).")(fn)
     return click.option("--model", "-m", default="default", show_default=True, help=MODEL_HELP)(fn)
 
 

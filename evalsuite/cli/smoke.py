@@ -27,6 +27,8 @@ def smoke(model: str, dtype: str, variants: str, max_new_tokens: int) -> int:
     offline()
     quiet_libraries()
     base = load_model(model, dtype)
+    if "dtype_choice" in base.meta:
+        click.echo(base.meta["dtype_choice"])
     click.echo(f"model {base.name} ({base.dtype}, fingerprint {base.fingerprint}, "
                f"{base.meta['n_params'] / 1e6:.1f}M params)")
     prompt = render_prompt(Sample(id="smoke", target=None, messages=({"role": "user", "content": SMOKE_PROMPT},)),

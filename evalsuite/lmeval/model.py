@@ -52,7 +52,7 @@ class EvalsuiteLM(LM):
     """
 
     def __init__(self, model: str | LoadedModel = "default", variant: str | VariantSpec | BuiltVariant = "bf16",
-                 dtype: str = "bfloat16", batch_size: int | str | None = 16, max_batch_tokens: int = 24576,
+                 dtype: str = "auto", batch_size: int | str | None = 16, max_batch_tokens: int = 24576,
                  seed: int = 1234, max_length: int | None = None, chunk_tokens: int = 128,
                  add_special_tokens: bool = True, device: Any = None, max_batch_size: Any = None) -> None:
         super().__init__()

@@ -35,7 +35,7 @@ class LoadedModel:
 
 def resolve_dtype(dtype: str) -> torch.dtype:
     if dtype not in DTYPES:
-        raise EvalsuiteError(f"unknown dtype {dtype!r}; valid: bfloat16, float32, float16")
+        raise EvalsuiteError(f"unknown dtype {dtype!r}; valid: auto, bfloat16, float32, float16")
     return DTYPES[dtype]
 
 
@@ -68,11 +68,16 @@ def load_tokenizer(name: str = "default") -> Any:
         raise EvalsuiteError(f"cannot load the tokenizer of {name!r}: {first}") from None
 
 
-def load_model(name: str = "default", dtype: str = "bfloat16") -> LoadedModel:
-    """Load tokenizer + model in ``dtype`` (default bf16), eval mode, with a content fingerprint."""
+def load_model(name: str = "default", dtype: str = "auto") -> LoadedModel:
+    """Load tokenizer + model in ``dtype``, eval mode, with a content fingerprint.
+
+    ``auto``: weights loaded in bf16 (the fingerprint is theirs), then computed in whichever of bf16 / fp32 this
+    machine multiplies faster at the model's shapes (``evalsuite.models.dtype``, measured, never assumed): fp32
+    holds every bf16 value exactly, so the weights stay BF16-valued; byte figures count them at 2 bytes."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch_dtype = resolve_dtype(dtype)
+    auto = dtype == "auto"
+    torch_dtype = torch.bfloat16 if auto else resolve_dtype(dtype)
     source = _resolve_source(name)
     try:
         tok = AutoTokenizer.from_pretrained(str(source))
@@ -80,7 +85,22 @@ def load_model(name: str = "default", dtype: str = "bfloat16") -> LoadedModel:
     except OSError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise EvalsuiteError(f"cannot load model {name!r}: {first}") from None
-    return wrap_model(model, tok, name=name, source=str(source))
+    loaded = wrap_model(model, tok, name=name, source=str(source))
+    return with_measured_dtype(loaded) if auto else loaded
+
+
+def with_measured_dtype(loaded: LoadedModel) -> LoadedModel:
+    """Compute in the faster of bf16 / fp32 on this machine (the fingerprint stays that of the loaded weights)."""
+    from evalsuite.models.dtype import choose_compute_dtype
+
+    choice = choose_compute_dtype(loaded.model.config)
+    loaded.meta["dtype_choice"] = choice.describe()
+    if choice.dtype != loaded.dtype:
+        loaded.meta["weights_dtype"] = loaded.dtype
+        loaded.meta["weights_bytes"] = DTYPES[loaded.dtype].itemsize
+        loaded.model.to(DTYPES[choice.dtype])
+        loaded.dtype = choice.dtype
+    return loaded
 
 
 def wrap_model(model: Any, tokenizer: Any, name: str, source: str = "memory") -> LoadedModel:
@@ -105,7 +125,7 @@ class ModelFactory:
     """Picklable ``load_model(name, dtype)`` (what an in-process backend loads, here or in a Ray worker)."""
 
     name: str = "default"
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
 
     def __call__(self) -> LoadedModel:
         offline()

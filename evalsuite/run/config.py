@@ -15,7 +15,7 @@ class RunConfig:
     """A run: one model, the baseline plus variants, tasks with parameters, a seed."""
 
     model: str = "default"
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # bf16 weights computed in the faster of bf16 / fp32 here (evalsuite.models.dtype)
     variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
     tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
     task_params: dict[str, dict[str, Any]] = field(default_factory=dict)

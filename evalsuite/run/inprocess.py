@@ -146,19 +146,18 @@ class InProcessBackend:
         from evalsuite.kvcache import kv_bytes_per_token
 
         built = self.built(variant)
-        dtype_bytes = next(built.model.parameters()).element_size()
         return VariantInfo(variant=name, spec=variant.to_dict(), weight_bytes=built.weights.measured,
                            weight_formula_bytes=built.weights.formula,
                            kv_bytes_per_token=measure_kv_bytes_per_token(built),
                            kv_formula_bytes_per_token=kv_bytes_per_token(variant.kv, built.model.config,
-                                                                          dtype_bytes))
+                                                                          built.float_bytes))
 
 
 def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> float:
     """Bytes the variant's cache actually holds per token after a ``tokens``-long prefill + one decode step.
 
-    The cache is filled through ``update`` with K/V of the model's shapes and dtype (what a forward would write;
-    the byte count does not depend on the values), so no model forward is spent on it.
+    The cache is filled through ``update`` with K/V of the model's shapes in the weights' dtype (what a forward
+    would write when deployed; the byte count does not depend on the values), so no model forward is spent on it.
     """
     import torch
     from transformers import DynamicCache
@@ -168,7 +167,7 @@ def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> floa
     cfg = variant.model.config
     cache = variant.make_cache() or DynamicCache(config=cfg)
     layers, heads, dim = model_dims(cfg)
-    dtype = next(variant.model.parameters()).dtype
+    dtype = {2: torch.bfloat16, 4: torch.float32}.get(variant.float_bytes, next(variant.model.parameters()).dtype)
     gen = torch.Generator().manual_seed(0)
     for n in (tokens, 1):
         for i in range(layers):

@@ -32,18 +32,24 @@ class BuiltVariant:
         return make_cache(self.spec.kv, self.model.config)
 
     @property
+    def float_bytes(self) -> int:
+        """Width of the floats this variant holds as deployed (its weights' dtype, even when computing wider)."""
+        return self.weights.float_bytes or next(self.model.parameters()).element_size()
+
+    @property
     def cache_factory(self) -> Callable[[], Any | None]:
         return self.make_cache
 
     def kv_bytes_per_token(self) -> float:
-        """Formula bytes per token of this variant's KV cache (unquantized cache at the model dtype if none)."""
+        """Formula bytes per token of this variant's KV cache (unquantized cache at the weights' dtype if none)."""
         from evalsuite.kvcache import kv_bytes_per_token
 
-        dtype_bytes = next(self.model.parameters()).element_size()
+        dtype_bytes = self.float_bytes
         return kv_bytes_per_token(self.spec.kv, self.model.config, dtype_bytes)
 
 
 def build_variant(base: LoadedModel, spec: VariantSpec) -> BuiltVariant:
     """Quantize weights (a copy; baseline untouched) and measure the bytes held."""
     model = quantize_weights(base.model, spec.weights)
-    return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer, weights=weight_bytes(model, spec.weights))
+    return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer,
+                        weights=weight_bytes(model, spec.weights, base.meta.get("weights_bytes")))

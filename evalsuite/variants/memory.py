@@ -18,8 +18,10 @@ def _leaf_tensors(t: torch.Tensor) -> list[torch.Tensor]:
     return [t]
 
 
-def held_bytes(model: torch.nn.Module) -> int:
-    """Bytes held by all parameters and buffers; shared (tied) storage is counted once."""
+def held_bytes(model: torch.nn.Module, float_bytes: int | None = None) -> int:
+    """Bytes held by all parameters and buffers; shared (tied) storage is counted once. ``float_bytes`` counts
+    every floating-point tensor at that width: the bytes of the model as deployed in its weights' dtype when it
+    computes in a wider one here (``--dtype auto`` chose fp32 for bf16 weights)."""
     seen: set[tuple[int, int]] = set()
     total = 0
     tensors = list(model.parameters()) + list(model.buffers())
@@ -29,7 +31,8 @@ def held_bytes(model: torch.nn.Module) -> int:
             if key in seen:
                 continue
             seen.add(key)
-            total += leaf.numel() * leaf.element_size()
+            width = float_bytes if float_bytes is not None and leaf.is_floating_point() else leaf.element_size()
+            total += leaf.numel() * width
     return total
 
 
@@ -39,6 +42,7 @@ class WeightBytes:
     formula: int
     quantized_params: int
     unquantized_params: int
+    float_bytes: int | None = None  # the float width bytes were counted at (None: the model's own)
 
 
 def formula_bytes(model: torch.nn.Module, spec: WeightSpec, dtype_bytes: int = 2) -> tuple[int, int, int]:
@@ -82,8 +86,10 @@ def _rules(model: torch.nn.Module, spec: WeightSpec) -> dict[str, WeightSpec | N
     return resolve_rules(names, spec)
 
 
-def weight_bytes(model: torch.nn.Module, spec: WeightSpec) -> WeightBytes:
-    """Measured bytes beside the formula for one (possibly quantized) model."""
-    dtype_bytes = next(p for p in model.parameters() if p.is_floating_point()).element_size()
+def weight_bytes(model: torch.nn.Module, spec: WeightSpec, float_bytes: int | None = None) -> WeightBytes:
+    """Measured bytes beside the formula for one (possibly quantized) model; ``float_bytes`` as in
+    ``held_bytes`` (default: the model's own float width)."""
+    dtype_bytes = float_bytes or next(p for p in model.parameters() if p.is_floating_point()).element_size()
     formula, q, unq = formula_bytes(model, spec, dtype_bytes)
-    return WeightBytes(measured=held_bytes(model), formula=formula, quantized_params=q, unquantized_params=unq)
+    return WeightBytes(measured=held_bytes(model, float_bytes), formula=formula, quantized_params=q,
+                       unquantized_params=unq, float_bytes=float_bytes)
