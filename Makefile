@@ -4,8 +4,12 @@ PY := $(VENV)/bin/python
 # This CPU machine takes torch from a local CPU wheel: it must be installed before anything pulls a CUDA build.
 # GPU users: `make setup TORCH_SPEC=` keeps the torch already in the venv (or install your own first).
 TORCH_SPEC ?= torch==2.13.0
-# Samples per task for `make gate` (spread evenly over each task; sized for a 2-core CPU). GATE_LIMIT= runs all.
-GATE_LIMIT ?= 12
+# `make gate`: sequential rounds of GATE_ROUND samples per task until every check is decided, at most
+# GATE_MAX_SAMPLES per task, no new work after GATE_BUDGET of wall clock (sized so the whole gate fits 10 min on
+# 2 cores; the budget bounds the run, the statistics stay valid wherever it stops).
+GATE_MAX_SAMPLES ?= 96
+GATE_ROUND ?= 16
+GATE_BUDGET ?= 8m
 
 .PHONY: setup gate test browser server-deps clean
 
@@ -20,7 +24,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 gate: setup
-	$(VENV)/bin/evalsuite run $(if $(GATE_LIMIT),--limit $(GATE_LIMIT))
+	$(VENV)/bin/evalsuite run --max-samples $(GATE_MAX_SAMPLES) --round-size $(GATE_ROUND) --budget $(GATE_BUDGET)
 
 # Headless Chromium for the report's browser test (Debian package; skipped where apt-get is unavailable).
 browser:
