@@ -9,6 +9,8 @@ Mixed precision (``docs/sensitivity.md``): weights take ``[OPTION;OPTION]`` wher
 (those modules stay unquantized) or ``FORM=PATTERNS`` with a weight form (``w8=*.down_proj``, ``w4g32=l0-1``);
 patterns are comma-separated module globs, ``lN`` / ``lA-B`` = decoder layer(s). KV takes per-layer bits
 ``[lA-B=BITS;...]`` with BITS 8/4/2, or 16 for an unquantized layer: ``w4g128[keep=l0,l29.mlp]+kv4g32[l0-1=8]``.
+
+Artifacts (``evalsuite/variants/artifact.py``): ``ckpt:PATH[+KV][#NAME]``, a model folder or a ``.gguf`` file.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from evalsuite.kvcache.config import KVConfig
 VALID_FORMS = (
     "bf16 | base | w8 | w4[gN] | w2[gN] | wf8 [keep=PATS;w8=PATS], optionally +KV where KV is "
     "kv8|kv4|kv2|kvf8e4|kvf8e5 [gN][rN][kt][pq][lA-B=8|4|2|16] or kvhf4|kvhf2 [gN][rN]; or KV alone "
-    "(e.g. w4g64+kv4g32, w4g128[keep=l0,l29.mlp], kv4g32[l0-1=8])"
+    "(e.g. w4g64+kv4g32, w4g128[keep=l0,l29.mlp], kv4g32[l0-1=8]); or ckpt:PATH[+KV][#NAME] (a model folder "
+    "or .gguf file)"
 )
 DEFAULT_EXCLUDE = ("lm_head",)
 
@@ -82,9 +85,15 @@ class VariantSpec:
     weights: WeightSpec = field(default_factory=WeightSpec)
     kv: KVConfig | None = None
     label: str | None = None
+    #: ``ckpt:PATH``: an absolute model folder or .gguf path whose weights replace the baseline's (``artifact.py``)
+    artifact: str | None = None
 
     @property
     def canonical(self) -> str:
+        if self.artifact is not None:
+            from evalsuite.variants.artifact import artifact_name
+
+            return artifact_name(self.artifact, self.kv)
         parts = [self.weights.name] if (self.weights.fmt != "none" or self.kv is None) else []
         if self.kv is not None:
             parts.append(self.kv.name)
@@ -96,10 +105,11 @@ class VariantSpec:
 
     @property
     def is_baseline(self) -> bool:
-        return self.weights.fmt == "none" and self.kv is None
+        return self.weights.fmt == "none" and self.kv is None and self.artifact is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        extra = {"artifact": self.artifact} if self.artifact is not None else {}
+        return {**extra,
             "name": self.name,
             "weights": {"fmt": self.weights.fmt, "bits": self.weights.bits, "group": self.weights.group,
                         "exclude": list(self.weights.exclude),
@@ -219,6 +229,10 @@ def _parse_kv(text: str, part: str) -> KVConfig:
 
 def parse_variant(text: str) -> VariantSpec:
     """Parse one spec string; raises SpecError (one line, lists valid forms) when it does not parse."""
+    if text.strip().lower().startswith("ckpt:"):
+        from evalsuite.variants.artifact import parse_artifact
+
+        return parse_artifact(text)
     spec = text.strip().lower()
     parts = [p for p in spec.split("+")]
     if not spec or any(not p for p in parts) or len(parts) > 2:
@@ -277,8 +291,13 @@ def variant_from_dict(d: dict[str, Any]) -> VariantSpec:
             kv = None if kvd is None else (replace(kv, **kvd) if kv else KVConfig(**kvd))
     except TypeError as exc:
         raise SpecError(f"bad variant entry {d!r}: {exc}") from None
-    spec = VariantSpec(weights=weights, kv=kv, label=d.get("name"))
+    artifact = d.get("artifact", base.artifact)
+    spec = VariantSpec(weights=weights, kv=kv, label=d.get("name") or base.label, artifact=artifact)
     _validate(spec)
+    if artifact is not None:
+        from evalsuite.variants.artifact import check_artifact_spec
+
+        check_artifact_spec(spec)
     return spec
 
 
