@@ -89,10 +89,10 @@ def test_other_tokenizer_or_chat_template_is_refused(tiny, tmp_path):
 def test_artifact_gated_in_process(tiny, art, tmp_path):
     from tests.conftest import prepared, run_model
 
-    store = run_model(tiny, tmp_path / "run", variants=("bf16", f"ckpt:{art}#same", f"ckpt:{art}+kv2g32r0#kv"),
+    store = run_model(tiny, tmp_path / "run", variants=("bf16", f"ckpt:{art}#same", f"ckpt:{art}+kv2g32r0pq#kv"),
                       tasks=prepared(n=4, stop_at_newline=False))
     infos = store.variant_infos()
     assert infos["same"].fingerprint == artifact_fingerprint(str(art)) and infos["bf16"].fingerprint is None
     assert infos["same"].spec["artifact"] == str(art.resolve())
     kld = {k.variant: k.mean for k in store.kld()}
-    assert kld["same"] == pytest.approx(0.0, abs=1e-6) and kld["kv"] > kld["same"]
+    assert kld["same"] < 1e-4 and kld["kv"] > kld["same"]
