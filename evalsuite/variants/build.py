@@ -49,7 +49,12 @@ def build_variant(base: LoadedModel, spec: VariantSpec) -> BuiltVariant:
     """Quantize weights (a copy; baseline untouched) and measure the bytes held; an artifact is loaded instead."""
     if spec.artifact is not None:
         return build_artifact(base, spec)
-    model = quantize_weights(base.model, spec.weights)
+    if spec.weights.activations != "none":
+        from evalsuite.variants.activations import quantize_with_activations
+
+        model = quantize_with_activations(base.model, spec.weights, base.tokenizer)
+    else:
+        model = quantize_weights(base.model, spec.weights)
     return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer, weights=weight_bytes(model, spec.weights))
 
 
