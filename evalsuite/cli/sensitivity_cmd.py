@@ -48,6 +48,9 @@ def sensitivity(model: str, dtype: str, variant: str, tasks: str, limit: int, se
     spec = parse_variant(variant)
     if spec.is_baseline:
         raise EvalsuiteError("--variant is the baseline: nothing is quantized")
+    if spec.artifact is not None or spec.weights.activations != "none":
+        raise EvalsuiteError(f"--variant {spec.name}: sensitivity quantizes one unit at a time, which an artifact "
+                             "or quantized activations cannot do; give a weight / KV spec such as w4g128")
     if policy is not None and not policy.is_file():
         raise EvalsuiteError(f"policy file not found: {policy}")
     task_list = [t.strip() for t in tasks.split(",") if t.strip()]

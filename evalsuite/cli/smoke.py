@@ -15,7 +15,8 @@ SMOKE_PROMPT = "What is the capital of France? Answer in one short sentence."
 @click.option("--max-new-tokens", default=24, show_default=True)
 def smoke(model: str, dtype: str, variants: str, max_new_tokens: int) -> int:
     """Load MODEL, build each variant, greedy-answer one fixed prompt; print a table of
-    variant, measured weight bytes, formula bytes and the answer."""
+    variant, measured weight bytes, formula bytes, fingerprint and the answer. An artifact
+    (ckpt:PATH, a folder or .gguf) shows its own tensor bytes and a hash of its files."""
     from evalsuite.models import load_model, offline
     from evalsuite.run.generate import generate_batch
     from evalsuite.run.prompts import render_prompt
@@ -39,7 +40,8 @@ def smoke(model: str, dtype: str, variants: str, max_new_tokens: int) -> int:
         gen = generate_batch(variant.model, variant.tokenizer, [prompt], GenSettings(max_new_tokens=max_new_tokens),
                              variant.make_cache)[0]
         w = variant.weights
+        fp = variant.fingerprint or (base.fingerprint if spec.is_baseline else "-")
         rows.append([spec.name, fmt_bytes(w.measured), fmt_bytes(w.formula),
-                     f"{(w.measured / w.formula - 1) * 100:+.2f}%", gen.text.replace("\n", " ")[:80]])
-    click.echo(table(rows, ["variant", "weight bytes", "formula", "diff", "answer"]))
+                     f"{(w.measured / w.formula - 1) * 100:+.2f}%", fp, gen.text.replace("\n", " ")[:80]])
+    click.echo(table(rows, ["variant", "weight bytes", "formula", "diff", "fingerprint", "answer"]))
     return 0

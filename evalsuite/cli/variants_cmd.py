@@ -12,6 +12,7 @@ def variants() -> None:
 
     \b
     Weights: bf16 | w8 | w4[gN] (default g128) | w2[gN] | wf8   (optimum-quanto; lm_head kept unquantized)
+    Artifact: ckpt:PATH[+KV][#NAME]  (a model folder or .gguf file; name defaults to the stem)
     KV:      kv8 | kv4 | kv2 | kvf8e4 | kvf8e5, options gN (group), rN (residual tokens),
              kt (keys per-token; default per-channel), pq (quantized prefill; default exact)
              kvhf4 | kvhf2 [gN][rN]: transformers' QuantizedCache (quanto backend)
@@ -31,7 +32,13 @@ def describe(spec: str, as_json: bool) -> int:
         return 0
     w = v.weights
     click.echo(f"variant   {v.name}")
-    if w.fmt == "none":
+    if v.artifact is not None:
+        from evalsuite.variants.artifact import artifact_bytes
+
+        ab = artifact_bytes(v.artifact)
+        kinds = ", ".join(f"{k} x{n}" for k, n in sorted(ab.types.items()))
+        click.echo(f"weights   artifact {v.artifact}: {ab.total:,} tensor bytes ({kinds})")
+    elif w.fmt == "none":
         click.echo("weights   unquantized (baseline dtype)")
     else:
         kind = "float8 (e4m3)" if w.fmt == "float8" else f"int{w.bits}" + (f", group {w.group}" if w.group else

@@ -39,7 +39,7 @@ def resolve_dtype(dtype: str) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def _resolve_source(name: str) -> Path | str:
+def resolve_source(name: str) -> Path | str:
     """Map a model argument to a loadable folder (GGUF files are converted once) or a hub id."""
     if name == "default":
         return converted_folder(embedded_gguf())
@@ -62,10 +62,26 @@ def load_tokenizer(name: str = "default") -> Any:
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(_resolve_source(name)))
+        return AutoTokenizer.from_pretrained(str(resolve_source(name)))
     except OSError as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise EvalsuiteError(f"cannot load the tokenizer of {name!r}: {first}") from None
+
+
+def load_pretrained(name: str, dtype: str = "bfloat16") -> tuple[Any, Any, str]:
+    """(model, tokenizer, resolved source) of a model argument in ``dtype``; a folder's own quantization config
+    (whatever transformers loads on this device) applies, a GGUF file is dequantized (converted once)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = resolve_dtype(dtype)
+    source = resolve_source(name)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(source))
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EvalsuiteError(f"cannot load model {name!r}: {first}") from None
+    return model, tok, str(source)
 
 
 def load_model(name: str = "default", dtype: str = "auto") -> LoadedModel:
@@ -74,18 +90,9 @@ def load_model(name: str = "default", dtype: str = "auto") -> LoadedModel:
     ``auto``: weights loaded in bf16 (the fingerprint is theirs), then computed in whichever of bf16 / fp32 this
     machine multiplies faster at the model's shapes (``evalsuite.models.dtype``, measured, never assumed): fp32
     holds every bf16 value exactly, so the weights stay BF16-valued; byte figures count them at 2 bytes."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     auto = dtype == "auto"
-    torch_dtype = torch.bfloat16 if auto else resolve_dtype(dtype)
-    source = _resolve_source(name)
-    try:
-        tok = AutoTokenizer.from_pretrained(str(source))
-        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype)
-    except OSError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise EvalsuiteError(f"cannot load model {name!r}: {first}") from None
-    loaded = wrap_model(model, tok, name=name, source=str(source))
+    model, tok, source = load_pretrained(name, "bfloat16" if auto else dtype)
+    loaded = wrap_model(model, tok, name=name, source=source)
     return with_measured_dtype(loaded) if auto else loaded
 
 
@@ -142,7 +149,7 @@ class ModelFactory:
     def max_positions(self) -> int | None:
         from transformers import AutoConfig
 
-        return getattr(AutoConfig.from_pretrained(str(_resolve_source(self.name))), "max_position_embeddings", None)
+        return getattr(AutoConfig.from_pretrained(str(resolve_source(self.name))), "max_position_embeddings", None)
 
 
 def offline() -> None:

@@ -4,6 +4,10 @@ Per (weights, KV) combination: the KV pool left after weights and the runtime re
 and concurrent requests at a context, the context at which the cache equals the weights, the token count past
 which KV savings (vs bf16 KV) exceed weight savings (vs bf16 weights), and the bandwidth-bound decode speedup
 vs bf16/bf16 (a decode step reads every weight once and every retained K/V once: weights + batch × KV(context)).
+Where activation bits matter, the compute side: a step's matmuls do 2·B FLOPs per weight read, an arithmetic
+intensity of 16·B / b_w FLOP per weight byte (b_w the weight bits per parameter, metadata included); weight-only
+quantization dequantizes to bf16 before the matmul (the bf16 compute roof), while W8A8 / FP8 activations run on
+8-bit tensor cores, doubling the compute roof (``compute_roof`` = 2).
 """
 from __future__ import annotations
 
@@ -67,6 +71,9 @@ class Combo:
     crossover_tokens: float | None  # tokens past which KV savings exceed weight savings (None: never)
     step_bytes: float  # bytes read per decode step at the planned batch and context
     decode_speedup: float  # vs bf16 weights + bf16 KV at the same batch and context
+    activation_bits: int = 16  # what the matmuls read: 8 for w8a8 / wf8af8, else the compute dtype
+    arithmetic_intensity: float = 0.0  # FLOP per weight byte of a decode step at the planned batch: 16·B / b_w
+    compute_roof: float = 1.0  # peak matmul FLOP/s vs bf16: 2 with 8-bit activations (int8 / FP8 tensor cores)
 
     @property
     def fits(self) -> bool:
@@ -116,7 +123,16 @@ def _combo(shape: ModelShape, w: WeightSpec, kv: KVConfig | None, budget: int, c
         kv_pool_bytes=pool, max_tokens=max(0, math.floor(pool / bpt)),
         max_requests=max(0, math.floor(pool / per_req)) if per_req else 0,
         kv_equals_weights_tokens=wb / bpt, kv_equals_weights_context=wb / (bpt * batch),
-        crossover_tokens=crossover, step_bytes=step, decode_speedup=step_base / step)
+        crossover_tokens=crossover, step_bytes=step, decode_speedup=step_base / step, **compute_side(shape, w, batch))
+
+
+def compute_side(shape: ModelShape, w: WeightSpec, batch: int) -> dict[str, Any]:
+    """Activation bits, arithmetic intensity (16·B / b_w FLOP per weight byte) and compute roof vs bf16."""
+    params = count_params(shape).total
+    bits_per_param = 8 * weight_breakdown(shape, w).total / params
+    act8 = w.activations != "none"
+    return {"activation_bits": 8 if act8 else 16, "arithmetic_intensity": 16 * batch / bits_per_param,
+            "compute_roof": 2.0 if act8 else 1.0}
 
 
 def make_plan(shape: ModelShape, weights: list[WeightSpec], kvs: list[KVConfig | None], gpu_mem: int,

@@ -43,12 +43,16 @@ def render_text(plan: Plan) -> str:
     out.append("")
     rows = [[c.weights, c.kv, _gib(c.kv_pool_bytes) if c.fits else "no fit", _tokens(c.max_tokens),
              str(c.max_requests), _tokens(c.kv_equals_weights_context), _tokens(c.crossover_tokens),
-             f"{c.decode_speedup:.2f}x"] for c in plan.combos]
+             f"{c.decode_speedup:.2f}x", f"{c.arithmetic_intensity:.1f}", f"{c.compute_roof:g}x"]
+            for c in plan.combos]
     out += _table(["weights", "kv", "KV pool GiB", "max tokens", f"reqs@{plan.context}",
-                   f"KV=W ctx@b{plan.batch}", "KV>W savings at", "decode speedup"], rows, left=2)
+                   f"KV=W ctx@b{plan.batch}", "KV>W savings at", "decode speedup", "FLOP/B", "compute roof"],
+                  rows, left=2)
     out += ["", "KV=W ctx: per-request context at which the cache is as large as the weights; "
             "KV>W savings at: retained tokens past which KV savings (vs bf16 KV) exceed weight savings "
-            "(vs bf16 weights); decode speedup: bandwidth-bound, vs bf16/bf16 at the same batch and context."]
+            "(vs bf16 weights); decode speedup: bandwidth-bound, vs bf16/bf16 at the same batch and context; "
+            "FLOP/B: arithmetic intensity 16·batch / weight bits; compute roof: peak matmul rate vs bf16 "
+            "(2x with 8-bit activations, w8a8 / wf8af8)."]
     if s.sliding_window and s.max_position and s.sliding_window < plan.context:
         out.append(f"note: the config has sliding_window={s.sliding_window}; a rolling cache would cap each "
                    "request's KV there (not assumed here).")

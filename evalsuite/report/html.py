@@ -84,6 +84,14 @@ def _metrics_section(r: dict[str, Any]) -> str:
               "n shown where fewer samples report it.</p>")
 
 
+def _artifact_note(v: dict[str, Any]) -> str:
+    """An artifact variant's file and content fingerprint under its name (nothing for built variants)."""
+    if not v.get("fingerprint"):
+        return ""
+    src = (v.get("spec") or {}).get("artifact") or v.get("source") or ""
+    return f'<br><small title="{e(src)}">{e(src.rsplit("/", 1)[-1])} · {e(v["fingerprint"])}</small>'
+
+
 def _memory_table(r: dict[str, Any]) -> str:
     base = next((v for v in r["variants"] if v["variant"] == r["baseline"]), None)
     rows = []
@@ -91,7 +99,7 @@ def _memory_table(r: dict[str, Any]) -> str:
         ratio = (f"{v['weight_bytes'] / base['weight_bytes']:.2f}×" if base and base["weight_bytes"] else "—")
         verdict = "baseline" if v["variant"] == r["baseline"] else v.get("verdict")
         rows.append(
-            f'<tr><td class="l">{e(v["variant"])}</td>{verdict_cell(v.get("verdict"), verdict)}'
+            f'<tr><td class="l">{e(v["variant"])}{_artifact_note(v)}</td>{verdict_cell(v.get("verdict"), verdict)}'
             f'<td>{fmt_bytes(v["weight_bytes"])}</td><td>{fmt_bytes(v.get("weight_formula_bytes"))}</td>'
             f'<td>{ratio}</td><td>{count(v.get("kv_bytes_per_token"))}</td>'
             f'<td>{count(v.get("kv_formula_bytes_per_token"))}</td>'

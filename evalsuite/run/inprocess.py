@@ -48,7 +48,14 @@ class InProcessBackend:
         return cls(loader=lambda: base, base=base, **kw)
 
     def variants(self, requested: Sequence[Any]) -> list[VariantSpec]:
-        return prepare_variants(list(requested))
+        """Parsed specs; an artifact whose tokenizer or chat template differs is refused here (tokenizers only)."""
+        from evalsuite.variants.artifact import check_pairing
+
+        specs = prepare_variants(list(requested))
+        for spec in specs:
+            if spec.artifact is not None:
+                check_pairing(self._tokenizer_only(), spec.artifact, spec.name)
+        return specs
 
     def load(self) -> ModelIdentity:
         if self.base is None:
@@ -150,7 +157,8 @@ class InProcessBackend:
                            weight_formula_bytes=built.weights.formula,
                            kv_bytes_per_token=measure_kv_bytes_per_token(built),
                            kv_formula_bytes_per_token=kv_bytes_per_token(variant.kv, built.model.config,
-                                                                          built.float_bytes))
+                                                                          built.float_bytes),
+                           fingerprint=built.fingerprint, source=built.source)
 
 
 def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> float:

@@ -61,6 +61,8 @@ class VariantInfo:
     kv_formula_bytes_per_token: float | None = None
     ttft_s: float | None = None  # median time to first token
     itl_s: float | None = None  # median inter-token latency
+    fingerprint: str | None = None  # artifact variants: a hash of the artifact's bytes
+    source: str | None = None  # artifact variants: the folder / file gated
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -18,6 +18,8 @@ class BuiltVariant:
     model: Any
     tokenizer: Any
     weights: WeightBytes
+    fingerprint: str | None = None  # artifacts: a hash of the artifact's bytes
+    source: str | None = None  # artifacts: the path loaded
 
     @property
     def name(self) -> str:
@@ -49,7 +51,36 @@ class BuiltVariant:
 
 
 def build_variant(base: LoadedModel, spec: VariantSpec) -> BuiltVariant:
-    """Quantize weights (a copy; baseline untouched) and measure the bytes held."""
-    model = quantize_weights(base.model, spec.weights)
+    """Quantize weights (a copy; baseline untouched) and measure the bytes held; an artifact is loaded instead."""
+    if spec.artifact is not None:
+        return build_artifact(base, spec)
+    if spec.weights.activations != "none":
+        from evalsuite.variants.activations import quantize_with_activations
+
+        model = quantize_with_activations(base.model, spec.weights, base.tokenizer)
+    else:
+        model = quantize_weights(base.model, spec.weights)
     return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer,
                         weights=weight_bytes(model, spec.weights, base.meta.get("weights_bytes")))
+
+
+def build_artifact(base: LoadedModel, spec: VariantSpec) -> BuiltVariant:
+    """Load a ``ckpt:`` artifact at the baseline's dtype after checking it pairs with the baseline (same tokenizer,
+    special tokens, chat template and logit width); its bytes and fingerprint are the artifact's own."""
+    from evalsuite.errors import EvalsuiteError
+    from evalsuite.models.loader import load_pretrained
+    from evalsuite.variants.artifact import artifact_bytes, artifact_fingerprint, check_pairing
+
+    path = str(spec.artifact)
+    check_pairing(base.tokenizer, path, spec.name)
+    model, _, source = load_pretrained(path, base.dtype)
+    model.eval()
+    got, want = model.config.vocab_size, base.model.config.vocab_size
+    if got != want:
+        raise EvalsuiteError(f"artifact variant {spec.name!r} cannot be paired with the baseline: "
+                             f"{got} output logits vs the baseline's {want}")
+    ab = artifact_bytes(path)
+    weights = WeightBytes(measured=ab.total, formula=ab.total, quantized_params=ab.quantized_params,
+                          unquantized_params=ab.unquantized_params, float_bytes=base.meta.get("weights_bytes"))
+    return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer, weights=weights,
+                        fingerprint=artifact_fingerprint(path), source=source)

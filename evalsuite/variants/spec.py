@@ -5,10 +5,15 @@ Weights: ``bf16`` / ``base`` (unquantized, the loaded dtype), ``w8``, ``w4`` (gr
 ``kv8``/``kv4``/``kv2`` (evalsuite cache, optional ``gN`` group, ``rN`` residual, ``kt`` keys per-token,
 ``pq`` quantized prefill), ``kvf8e4`` / ``kvf8e5`` (FP8). A spec may be the KV part alone (``kv4g32``).
 
+Activations (W8A8): ``a8`` (int8) or ``af8`` (float8) after a weight form, ``cN`` calibration passages:
+``w8a8``, ``w4g64a8``, ``wf8af8``, ``w8a8c64``.
+
 Mixed precision (``docs/sensitivity.md``): weights take ``[OPTION;OPTION]`` where an option is ``keep=PATTERNS``
 (those modules stay unquantized) or ``FORM=PATTERNS`` with a weight form (``w8=*.down_proj``, ``w4g32=l0-1``);
 patterns are comma-separated module globs, ``lN`` / ``lA-B`` = decoder layer(s). KV takes per-layer bits
 ``[lA-B=BITS;...]`` with BITS 8/4/2, or 16 for an unquantized layer: ``w4g128[keep=l0,l29.mlp]+kv4g32[l0-1=8]``.
+
+Artifacts (``evalsuite/variants/artifact.py``): ``ckpt:PATH[+KV][#NAME]``, a model folder or a ``.gguf`` file.
 """
 from __future__ import annotations
 
@@ -20,13 +25,14 @@ from evalsuite.errors import SpecError
 from evalsuite.kvcache.config import KVConfig
 
 VALID_FORMS = (
-    "bf16 | base | w8 | w4[gN] | w2[gN] | wf8 [keep=PATS;w8=PATS], optionally +KV where KV is "
+    "bf16 | base | w8 | w4[gN] | w2[gN] | wf8 [a8|af8 activations][cN calibration] [keep=PATS;w8=PATS], optionally +KV where KV is "
     "kv8|kv4|kv2|kvf8e4|kvf8e5 [gN][rN][kt][pq][lA-B=8|4|2|16] or kvhf4|kvhf2 [gN][rN]; or KV alone "
-    "(e.g. w4g64+kv4g32, w4g128[keep=l0,l29.mlp], kv4g32[l0-1=8])"
+    "(e.g. w4g64+kv4g32, w4g128[keep=l0,l29.mlp], kv4g32[l0-1=8]); or ckpt:PATH[+KV][#NAME] (a model folder "
+    "or .gguf file)"
 )
 DEFAULT_EXCLUDE = ("lm_head",)
 
-_W_RE = re.compile(r"^w(?P<bits>8|4|2|f8)(?:g(?P<group>\d+))?$")
+_W_RE = re.compile(r"^w(?P<bits>8|4|2|f8)(?:g(?P<group>\d+))?(?:a(?P<act>8|f8)(?:c(?P<calib>\d+))?)?$")
 _KV_RE = re.compile(
     r"^kv(?P<hf>hf)?(?P<fmt>8|4|2|f8e4|f8e5)(?:g(?P<group>\d+))?(?:r(?P<res>\d+))?(?P<kt>kt)?(?P<pq>pq)?$"
 )
@@ -44,6 +50,10 @@ class WeightSpec:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     #: mixed precision: (``keep`` or a weight form such as ``w8``, module patterns), first match wins
     overrides: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: activations quantized too (``w8a8``, ``w4a8``, ``wf8af8``): ``int8`` / ``float8``, calibrated on
+    #: ``calib`` shipped passages (None = ``activations.DEFAULT_CALIB``)
+    activations: Literal["none", "int8", "float8"] = "none"
+    calib: int | None = None
 
     def __post_init__(self) -> None:  # JSON/YAML give lists: normalize so equal specs compare equal
         object.__setattr__(self, "overrides", tuple((k, tuple(p)) for k, p in self.overrides))
@@ -53,8 +63,15 @@ class WeightSpec:
         if self.fmt == "none":
             return "bf16"
         if self.fmt == "float8":
-            return "wf8"
-        return f"w{self.bits}" + (f"g{self.group}" if self.group else "")
+            return "wf8" + self.act_suffix
+        return f"w{self.bits}" + (f"g{self.group}" if self.group else "") + self.act_suffix
+
+    @property
+    def act_suffix(self) -> str:
+        """``a8`` / ``af8`` (+ ``cN``) for quantized activations, else empty."""
+        if self.activations == "none":
+            return ""
+        return ("a8" if self.activations == "int8" else "af8") + (f"c{self.calib}" if self.calib else "")
 
     @property
     def name(self) -> str:
@@ -82,9 +99,15 @@ class VariantSpec:
     weights: WeightSpec = field(default_factory=WeightSpec)
     kv: KVConfig | None = None
     label: str | None = None
+    #: ``ckpt:PATH``: an absolute model folder or .gguf path whose weights replace the baseline's (``artifact.py``)
+    artifact: str | None = None
 
     @property
     def canonical(self) -> str:
+        if self.artifact is not None:
+            from evalsuite.variants.artifact import artifact_name
+
+            return artifact_name(self.artifact, self.kv)
         parts = [self.weights.name] if (self.weights.fmt != "none" or self.kv is None) else []
         if self.kv is not None:
             parts.append(self.kv.name)
@@ -96,14 +119,17 @@ class VariantSpec:
 
     @property
     def is_baseline(self) -> bool:
-        return self.weights.fmt == "none" and self.kv is None
+        return self.weights.fmt == "none" and self.kv is None and self.artifact is None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        extra = {"artifact": self.artifact} if self.artifact is not None else {}
+        return {**extra,
             "name": self.name,
             "weights": {"fmt": self.weights.fmt, "bits": self.weights.bits, "group": self.weights.group,
                         "exclude": list(self.weights.exclude),
-                        "overrides": [[k, list(p)] for k, p in self.weights.overrides]},
+                        "overrides": [[k, list(p)] for k, p in self.weights.overrides],
+                        **({"activations": self.weights.activations, "calib": self.weights.calib}
+                           if self.weights.activations != "none" else {})},
             "kv": self.kv.to_dict() if self.kv else None,
         }
 
@@ -134,7 +160,7 @@ def _parse_overrides(text: str, opts: str) -> tuple[tuple[str, tuple[str, ...]],
             key = "keep"
         if key != "keep":
             form = _parse_weights(text, key)
-            if form.fmt == "none" or form.overrides:
+            if form.fmt == "none" or form.overrides or form.activations != "none":
                 raise _bad(text, f"option key {key!r} must be keep or a weight form (w8, w4g32, wf8)")
             key = form.name
         if key in [k for k, _ in out]:
@@ -149,6 +175,8 @@ def _parse_weights(text: str, part: str) -> WeightSpec:
         base = _parse_weights(text, m_opts["head"])
         if base.fmt == "none":
             raise _bad(text, "mixed-precision options need a quantized base (e.g. w4g64[keep=l0])")
+        if base.activations != "none":
+            raise _bad(text, "mixed-precision options do not combine with quantized activations")
         if not m_opts["opts"].strip():
             raise _bad(text, "empty [] options")
         return replace(base, overrides=_parse_overrides(text, m_opts["opts"]))
@@ -158,10 +186,14 @@ def _parse_weights(text: str, part: str) -> WeightSpec:
     if not m:
         raise _bad(text, f"unknown weight part {part!r}")
     group = int(m["group"]) if m["group"] else None
+    act = {None: "none", "8": "int8", "f8": "float8"}[m["act"]]
+    calib = int(m["calib"]) if m["calib"] else None
+    if calib is not None and not 1 <= calib <= 4096:
+        raise _bad(text, "calibration size cN must be 1..4096 passages")
     if m["bits"] == "f8":
         if group:
             raise _bad(text, "wf8 takes no group size")
-        return WeightSpec(fmt="float8", bits=8)
+        return WeightSpec(fmt="float8", bits=8, activations=act, calib=calib)
     bits = int(m["bits"])
     if bits == 8 and group:
         raise _bad(text, "w8 is per-channel and takes no group size")
@@ -169,7 +201,7 @@ def _parse_weights(text: str, part: str) -> WeightSpec:
         group = 128
     if group is not None and (group < 8 or group & (group - 1)):
         raise _bad(text, f"group {group} must be a power of two >= 8")
-    return WeightSpec(fmt="int", bits=bits, group=group)
+    return WeightSpec(fmt="int", bits=bits, group=group, activations=act, calib=calib)
 
 
 def _parse_layer_bits(text: str, opts: str) -> tuple[tuple[int, int, int], ...]:
@@ -219,6 +251,10 @@ def _parse_kv(text: str, part: str) -> KVConfig:
 
 def parse_variant(text: str) -> VariantSpec:
     """Parse one spec string; raises SpecError (one line, lists valid forms) when it does not parse."""
+    if text.strip().lower().startswith("ckpt:"):
+        from evalsuite.variants.artifact import parse_artifact
+
+        return parse_artifact(text)
     spec = text.strip().lower()
     parts = [p for p in spec.split("+")]
     if not spec or any(not p for p in parts) or len(parts) > 2:
@@ -277,8 +313,13 @@ def variant_from_dict(d: dict[str, Any]) -> VariantSpec:
             kv = None if kvd is None else (replace(kv, **kvd) if kv else KVConfig(**kvd))
     except TypeError as exc:
         raise SpecError(f"bad variant entry {d!r}: {exc}") from None
-    spec = VariantSpec(weights=weights, kv=kv, label=d.get("name"))
+    artifact = d.get("artifact", base.artifact)
+    spec = VariantSpec(weights=weights, kv=kv, label=d.get("name") or base.label, artifact=artifact)
     _validate(spec)
+    if artifact is not None:
+        from evalsuite.variants.artifact import check_artifact_spec
+
+        check_artifact_spec(spec)
     return spec
 
 
@@ -309,6 +350,9 @@ def _validate(spec: VariantSpec) -> None:
     w = spec.weights
     if w.fmt not in ("none", "int", "float8") or (w.fmt == "int" and w.bits not in (8, 4, 2)):
         raise SpecError(f"bad weights {w}; valid forms: {VALID_FORMS}")
+    if w.activations not in ("none", "int8", "float8") or (w.activations != "none" and (w.fmt == "none" or
+                                                                                       w.overrides)):
+        raise SpecError(f"bad activations {w.activations!r}: int8 or float8, on quantized weights without [...]")
     if spec.kv is not None:
         kv = spec.kv
         if kv.fmt not in ("int", "fp8e4", "fp8e5") or (kv.fmt == "int" and kv.bits not in (8, 4, 2)):

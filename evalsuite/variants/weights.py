@@ -11,7 +11,7 @@ from evalsuite.variants.mixed import effective_group, resolve_rules
 from evalsuite.variants.spec import WeightSpec
 
 
-def _qtype(spec: WeightSpec):
+def weight_qtype(spec: WeightSpec):
     from optimum.quanto import qfloat8, qint2, qint4, qint8
 
     if spec.fmt == "float8":
@@ -19,7 +19,7 @@ def _qtype(spec: WeightSpec):
     return {8: qint8, 4: qint4, 2: qint2}[spec.bits]
 
 
-def _exclude_patterns(model: torch.nn.Module, spec: WeightSpec) -> list[str]:
+def exclude_names(model: torch.nn.Module, spec: WeightSpec) -> list[str]:
     """Module names matching the spec's exclude globs (lm_head by default; embeddings are never Linear)."""
     names = [n for n, _ in model.named_modules() if n]
     out = [n for n in names if any(fnmatch.fnmatch(n, pat) or n == pat for pat in spec.exclude)]
@@ -41,7 +41,7 @@ def quantize_named(model: torch.nn.Module, rules: dict[str, WeightSpec | None]) 
         if rule is not None and rule.fmt != "none":
             by_form.setdefault(rule, []).append(name)
     for rule, names in by_form.items():
-        quantize(model, weights=_qtype(rule), include=names)
+        quantize(model, weights=weight_qtype(rule), include=names)
         for name in names:
             mod = model.get_submodule(name)
             if rule.group is not None:
@@ -63,7 +63,7 @@ def quantize_weights(model: torch.nn.Module, spec: WeightSpec) -> torch.nn.Modul
             freeze(qmodel)
         return qmodel.eval()
     with torch.no_grad():  # qint4/qint2 fail under inference_mode
-        quantize(qmodel, weights=_qtype(spec), exclude=_exclude_patterns(qmodel, spec) or None)
+        quantize(qmodel, weights=weight_qtype(spec), exclude=exclude_names(qmodel, spec) or None)
         count = 0
         for mod in qmodel.modules():
             if isinstance(mod, QModuleMixin):

@@ -239,3 +239,25 @@ def test_kv_formula_matches_the_cache_module(spec):
                     for m in range(n - 300, n))
         full, q = kv_bytes_per_token(s, None), kv_bytes_per_token(s, kv(spec))
         assert worst == pytest.approx(full_precision_tokens(kv(spec), 64) * (full - q), abs=1)
+
+
+def test_activation_bits_compute_roof_and_intensity():
+    s = shape("llama3-8b.json")
+    specs = [WeightSpec(), parse_variant("w8").weights, parse_variant("w8a8").weights, parse_variant("wf8af8").weights]
+    p = make_plan(s, specs, [None], 80 * GIB, parse_reserve("10%", 80 * GIB), 4096, 32)
+    c = {x.weights: x for x in p.combos}
+    assert c["w8a8"].weight_bytes == c["w8"].weight_bytes  # activations add no weight bytes
+    assert (c["bf16"].compute_roof, c["w8"].compute_roof, c["w8a8"].compute_roof, c["wf8af8"].compute_roof) == \
+        (1.0, 1.0, 2.0, 2.0)
+    assert c["w8a8"].activation_bits == 8 and c["w8"].activation_bits == 16
+    assert c["bf16"].arithmetic_intensity == pytest.approx(32.0)  # 16·B / 16 bits
+    params = count_params(s).total
+    assert c["w8"].arithmetic_intensity == pytest.approx(16 * 32 / (8 * c["w8"].weight_bytes / params))
+
+
+def test_ablation_sweep_expands_activation_specs():
+    from evalsuite.report.ablation import expand_sweep
+
+    names = expand_sweep("w{8,4}a8") + expand_sweep("w4g{64,128}")
+    assert names == ["w8a8", "w4a8", "w4g64", "w4g128"]
+    assert [parse_variant(n).name for n in names] == ["w8a8", "w4g128a8", "w4g64", "w4g128"]
