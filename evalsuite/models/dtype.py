@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
+import torch.nn.functional as F
 
 NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float16: "float16"}
 
@@ -34,33 +35,36 @@ def model_shapes(config: Any) -> list[tuple[int, int]]:
     cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     hidden = int(cfg.hidden_size)
     inter = int(getattr(cfg, "intermediate_size", 4 * hidden))
-    return [(hidden, inter), (inter, hidden), (hidden, int(cfg.vocab_size))]
+    return [(hidden, inter), (inter, hidden), (hidden, min(int(cfg.vocab_size), 8192))]  # a slice of the head
 
 
-def _gflops(dtype: torch.dtype, shapes: Sequence[tuple[int, int]], rows: Sequence[int], repeats: int) -> float:
-    """Best-of-``repeats`` GFLOP/s of the matmuls ``[m, k] @ [k, n]`` for every m in ``rows``, (k, n) in shapes."""
+def _gflops(dtype: torch.dtype, shapes: Sequence[tuple[int, int]], rows: Sequence[int], budget_s: float) -> float:
+    """GFLOP/s of ``F.linear`` ([m, k] x weight [n, k], as a model's layers call it; a plain ``a @ b`` takes another,
+    sometimes far slower, bf16 path) over every m in ``rows`` and (k, n) in ``shapes``, within ``budget_s``: a
+    slow dtype is timed on the matmuls it finished, so a 20x slower candidate cannot stall the choice."""
     gen = torch.Generator().manual_seed(0)
-    mats = [(torch.randn(m, k, generator=gen).to(dtype), torch.randn(k, n, generator=gen).to(dtype))
-            for m in rows for k, n in shapes]
-    flops = sum(2 * a.shape[0] * a.shape[1] * b.shape[1] for a, b in mats)
-    for a, b in mats:  # warm-up: first calls pick kernels / allocate
-        a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for a, b in mats:
-            a @ b
-        best = min(best, time.perf_counter() - t0)
-    return flops / max(best, 1e-9) / 1e9
+    pairs = [(torch.randn(m, k, generator=gen).to(dtype), torch.randn(n, k, generator=gen).to(dtype))
+             for m in rows for k, n in shapes]
+    F.linear(pairs[0][0][:1], pairs[0][1][:8])  # warm-up: first call picks kernels
+    flops, spent = 0, 0.0
+    while spent < budget_s:
+        for x, w in pairs:
+            t0 = time.perf_counter()
+            F.linear(x, w)
+            spent += time.perf_counter() - t0
+            flops += 2 * x.shape[0] * x.shape[1] * w.shape[0]
+            if spent >= budget_s:
+                break
+    return flops / max(spent, 1e-9) / 1e9
 
 
 def choose_compute_dtype(config: Any = None, shapes: Sequence[tuple[int, int]] | None = None,
-                         rows: Sequence[int] = (16, 256), repeats: int = 3,
+                         rows: Sequence[int] = (16, 256), budget_s: float = 0.15,
                          candidates: Sequence[torch.dtype] = (torch.bfloat16, torch.float32)) -> DtypeChoice:
-    """Time each candidate on the model's shapes (``config``, else ``shapes``; SmolLM2-135M's by default) at
-    decode-sized (16 rows) and prefill-sized (256 rows) inputs; return the fastest and every measurement."""
+    """Time each candidate (``budget_s`` each) on the model's shapes (``config``, else ``shapes``; SmolLM2-135M's by
+    default) at decode-sized (16 rows) and prefill-sized (256 rows) inputs; return the fastest and the GFLOP/s."""
     if shapes is None:
-        shapes = model_shapes(config) if config is not None else [(576, 1536), (1536, 576), (576, 49152)]
+        shapes = model_shapes(config) if config is not None else [(576, 1536), (1536, 576), (576, 8192)]
     with torch.no_grad():
-        seen = {NAMES.get(d, str(d)): _gflops(d, shapes, rows, repeats) for d in candidates}
+        seen = {NAMES.get(d, str(d)): _gflops(d, shapes, rows, budget_s) for d in candidates}
     return DtypeChoice(dtype=max(seen, key=seen.__getitem__), gflops=seen)
