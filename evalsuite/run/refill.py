@@ -9,6 +9,7 @@ with 4 live rows as with 16 (it is bound by per-layer overhead, not arithmetic).
   the padding, and every row keeps its own position ids, so a row attends to exactly what it would attend to in
   a batch of its own;
 * finished rows leave the pool at once and columns that every remaining row masks out are cut off the front;
+* the pool's cache appends in place (``growcache``: no per-step ``torch.cat`` of the whole cache);
 * the pool holds at most ``max_rows`` rows and ``max_tokens`` cache columns x rows (the padded-token budget).
 
 Only plain DynamicCache pools merge (every layer a ``DynamicLayer`` holding every token). Quantized caches
@@ -27,6 +28,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from evalsuite.run.growcache import grow_cache
 from evalsuite.run.engine import Decoded, Prefix, _pick, _plain_dynamic, _stopped, prefill
 from evalsuite.tasks.base import GenSettings
 
@@ -63,14 +65,14 @@ class Pool:
     def merge(self, rows: list[int], cache: DynamicCache, logits: torch.Tensor, mask: torch.Tensor) -> None:
         """Append newly prefilled rows: both sides left-padded to the wider one's columns."""
         if self.cache is None or not self.rows:
-            self.cache, self.logits, self.mask, self.rows = cache, logits, mask, list(rows)
+            self.cache, self.logits, self.mask, self.rows = grow_cache(cache), logits, mask, list(rows)
             self.next_pos = mask.sum(-1)
             return
         w = max(self.width(), mask.shape[1])
         a, b = w - self.width(), w - mask.shape[1]
         for mine, new in zip(self.cache.layers, cache.layers):
-            mine.keys = torch.cat([_left_pad(mine.keys, a, 2), _left_pad(new.keys, b, 2)], dim=0)
-            mine.values = torch.cat([_left_pad(mine.values, a, 2), _left_pad(new.values, b, 2)], dim=0)
+            mine.set(torch.cat([_left_pad(mine.keys, a, 2), _left_pad(new.keys, b, 2)], dim=0),
+                     torch.cat([_left_pad(mine.values, a, 2), _left_pad(new.values, b, 2)], dim=0))
         self.mask = torch.cat([_left_pad(self.mask, a, 1), _left_pad(mask, b, 1)], dim=0)
         self.next_pos = torch.cat([self.next_pos, mask.sum(-1)])
         self.logits = torch.cat([self.logits, logits], dim=0)
@@ -86,8 +88,7 @@ class Pool:
         cut = int((mask.sum(0) > 0).nonzero()[0])
         self.mask = mask[:, cut:]
         for layer in self.cache.layers:
-            layer.keys = layer.keys[idx, :, cut:]
-            layer.values = layer.values[idx, :, cut:]
+            layer.set(layer.keys[idx, :, cut:], layer.values[idx, :, cut:])
         self.next_pos = self.next_pos[idx]
         self.rows = [self.rows[j] for j in keep]
 

@@ -152,3 +152,17 @@ def test_quantized_caches_fall_back_to_per_batch(fp32, tokenizer):
     assert can_refill(fp32, None)
     assert not can_refill(fp32, make_cache(KVConfig(bits=4, group=8, residual=8), fp32.config))
     assert not can_refill(fp32, make_cache(KVConfig(backend="hf", bits=4, group=16, residual=8), fp32.config))
+
+
+def test_grow_layer_holds_what_concatenation_holds():
+    from evalsuite.run.growcache import SPARE, GrowLayer
+
+    gen = torch.Generator().manual_seed(0)
+    layer, ks, vs = GrowLayer(), [], []
+    for n in [5] + [1] * (SPARE + 20):  # past the spare columns: the buffer is remade
+        k, v = torch.randn(2, 3, n, 4, generator=gen), torch.randn(2, 3, n, 4, generator=gen)
+        ks.append(k)
+        vs.append(v)
+        keys, values = layer.update(k, v)
+    assert torch.equal(keys, torch.cat(ks, -2)) and torch.equal(values, torch.cat(vs, -2))
+    assert layer.get_seq_length() == 5 + SPARE + 20
