@@ -74,6 +74,8 @@ def bench_task(base, name: str, args: argparse.Namespace, tmp: Path) -> None:
     for lb in [int(x) for x in args.lm_eval_batches.split(",")]:
         rows.append(("lm-eval simple_evaluate (HFLM)", lb, run_lm_eval(base, exported.yaml_path.parent,
                                                                        exported.task_name, lb)))
+        print(f"{name}: lm-eval batch {lb} {rows[-1][2]:.1f} s (evalsuite refill {rows[1][2]:.1f} s, "
+              f"x{rows[-1][2] / rows[1][2]:.2f})", flush=True)
     n = len(task.samples)
     print(f"\ntask {name}, {n} samples, {base.dtype}, max_new_tokens {task.gen.max_new_tokens}")
     print(f"{'runner':<34}{'batch':>6}{'seconds':>10}{'samples/s':>11}{'refill ×':>10}")
