@@ -100,7 +100,7 @@ def _admit(model: Any, pool: Pool, pending: deque, ids: Sequence[Sequence[int]],
     p = len(prefix.ids) if prefix else 0
     while pending and len(pool) + len(taken) < max_rows:
         width = max([pool.width()] + [p + len(ids[r]) for r in taken + [pending[0]]])
-        if taken and width * (len(pool) + len(taken) + 1) > max_tokens:
+        if (taken or len(pool)) and width * (len(pool) + len(taken) + 1) > max_tokens:
             break
         taken.append(pending.popleft())
     if taken:
@@ -125,6 +125,9 @@ def decode_refill(model: Any, tokenizer: Any, ids: Sequence[Sequence[int]], gen:
 def _loop(model: Any, tokenizer: Any, ids: Sequence[Sequence[int]], gen: GenSettings, prefix: Prefix | None,
           stop_ids: set[int], seeds: Sequence[int], max_rows: int, max_tokens: int, order: list[int],
           admit_at: int) -> Iterator[tuple[int, Decoded]]:
+    if gen.max_new_tokens <= 0:
+        yield from ((r, Decoded(ids=[], stamps=[time.perf_counter()])) for r in order)
+        return
     pending, pool = deque(order), Pool()
     out = {r: Decoded(ids=[]) for r in order}
     rngs: dict[int, torch.Generator] = {}

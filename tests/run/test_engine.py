@@ -140,6 +140,13 @@ def test_refill_equals_per_batch_decoding_row_by_row(fp32, tokenizer, monkeypatc
         assert (a.text, a.n_tokens) == (b.text, b.n_tokens)
 
 
+def test_refill_within_a_token_budget_equals_per_batch(fp32, tokenizer):
+    gen = GenSettings(max_new_tokens=10, stop=("e",))
+    per_batch = _run(fp32, tokenizer, _prompts(MORE), gen, max_batch=4, refill=False)
+    tight = _run(fp32, tokenizer, _prompts(MORE), gen, max_batch=8, refill=True, max_tokens=90)
+    assert [(g.text, g.n_tokens) for g in per_batch] == [(g.text, g.n_tokens) for g in tight]
+
+
 def test_refill_sampled_rows_do_not_depend_on_the_pool(fp32, tokenizer):
     gen = GenSettings(max_new_tokens=10, temperature=1.0)
     seeds = [100 + 7 * r for r in range(len(MORE))]
