@@ -5,7 +5,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from evalsuite.run.engine import Prefix, common_prefix_len, decode, encode_prefix
+from evalsuite.run.engine import Decoded, Prefix, common_prefix_len, decode, encode_prefix
+from evalsuite.run.refill import can_refill, decode_refill
 from evalsuite.tasks.base import GenSettings
 
 
@@ -68,13 +69,17 @@ def _generate_ids(model: Any, tokenizer: Any, ids: list[list[int]], gen: GenSett
     cache = make_cache() if make_cache else None
     rows = decode(model, tokenizer, [x[p:] for x in ids], gen, prefix, cache, _stop_ids(tokenizer), seed,
                   row_seeds)
-    stamps = rows[0].stamps
+    return [_generation(tokenizer, r, len(x), gen) for r, x in zip(rows, ids)]
+
+
+def _generation(tokenizer: Any, row: Decoded, prompt_tokens: int, gen: GenSettings) -> Generation:
+    """A decoded row as text, with TTFT (its prefill) and the median gap between the steps it took part in."""
+    stamps = row.stamps
     ttft = stamps[1] - stamps[0] if len(stamps) > 1 else None
     gaps = [b - a for a, b in zip(stamps[1:], stamps[2:])]
-    itl = statistics.median(gaps) if gaps else None
-    return [Generation(text=cut_at_stop(tokenizer.decode(r.ids, skip_special_tokens=True), gen.stop).rstrip(),
-                       n_tokens=len(r.ids), prompt_tokens=len(x), ttft_s=ttft, itl_s=itl)
-            for r, x in zip(rows, ids)]
+    return Generation(text=cut_at_stop(tokenizer.decode(row.ids, skip_special_tokens=True), gen.stop).rstrip(),
+                      n_tokens=len(row.ids), prompt_tokens=prompt_tokens, ttft_s=ttft,
+                      itl_s=statistics.median(gaps) if gaps else None)
 
 
 def _stop_ids(tokenizer: Any) -> set[int]:
@@ -85,20 +90,47 @@ def _stop_ids(tokenizer: Any) -> set[int]:
 def iter_generate(model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]], gen: GenSettings,
                   make_cache: Callable[[], Any] | None = None, max_batch: int = 16,
                   max_tokens: int = 24576, seed: int = 0, prefix_len: int | None = None,
-                  row_seeds: Sequence[int] | None = None, group: int = 1
+                  row_seeds: Sequence[int] | None = None, group: int = 1, refill: bool = True
                   ) -> Iterator[tuple[list[int], list[Generation]]]:
-    """Yield (indices, generations) batch by batch (length-sorted) so callers can store as they go.
+    """Yield (indices, generations) as they complete (length-sorted order) so callers can store as they go.
 
     The prompts' common token prefix (``prefix_len`` tokens; computed from ``prompts`` when None) is encoded once
     and shared by every batch. Pass the whole task's value when generating a subset (resume, shards), so a
     subset computes exactly what the full run computes. ``group`` consecutive prompts (the n generations of one
-    sample) always share a batch; ``row_seeds`` seed each row's sampling.
+    sample) are yielded together; ``row_seeds`` seed each row's sampling. With ``refill`` (and a cache kind that
+    allows it, see ``run.refill``) one pool of ``max_batch`` rows decodes everything, a finished row's slot
+    taking the next prompt; otherwise each planned batch decodes on its own.
     """
     ids = encode_prompts(tokenizer, prompts)
     p = common_prefix_len(ids) if prefix_len is None else prefix_len
     prefix = encode_prefix(model, ids[0][:p], make_cache() if make_cache else None) if p and ids else None
     heads = list(range(0, len(ids), group))
-    for idx in plan_batches([len(ids[h]) for h in heads], max(1, max_batch // group), max(1, max_tokens // group)):
+    plan = plan_batches([len(ids[h]) for h in heads], max(1, max_batch // group), max(1, max_tokens // group))
+    if refill and can_refill(model, make_cache() if make_cache else None):
+        yield from _iter_refill(model, tokenizer, ids, gen, prefix, row_seeds, seed, group, max_batch, max_tokens,
+                                [heads[j] + r for batch in plan for j in batch for r in range(group)])
+        return
+    for idx in plan:
         rows = [heads[j] + r for j in idx for r in range(group)]
         seeds = [row_seeds[r] for r in rows] if row_seeds is not None else None
         yield rows, _generate_ids(model, tokenizer, [ids[r] for r in rows], gen, make_cache, seed, prefix, seeds)
+
+
+def _iter_refill(model: Any, tokenizer: Any, ids: list[list[int]], gen: GenSettings, prefix: Prefix | None,
+                 row_seeds: Sequence[int] | None, seed: int, group: int, max_batch: int, max_tokens: int,
+                 order: list[int]) -> Iterator[tuple[list[int], list[Generation]]]:
+    """The refilled pool; a sample's ``group`` rows are yielded together once all of them finished."""
+    p = len(prefix.ids) if prefix else 0
+    if prefix is not None and any(tuple(x[:p]) != prefix.ids or len(x) <= p for x in ids):
+        raise ValueError("iter_generate: a prompt does not start with the shared prefix")
+    # default seeds as the per-batch path numbers them: seed + position in the row's batch is batching-dependent,
+    # so the refilled pool uses seed + row index (row_seeds, as the runner passes, make both paths agree)
+    seeds = list(row_seeds) if row_seeds is not None else [seed + r for r in range(len(ids))]
+    done: dict[int, Generation] = {}
+    for r, row in decode_refill(model, tokenizer, [x[p:] for x in ids], gen, prefix, _stop_ids(tokenizer), seeds,
+                                max(1, max_batch), max_tokens, order):
+        done[r] = _generation(tokenizer, row, len(ids[r]), gen)
+        head = r - r % group
+        members = list(range(head, head + group))
+        if all(m in done for m in members):
+            yield members, [done.pop(m) for m in members]

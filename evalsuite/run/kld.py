@@ -3,6 +3,13 @@
 The baseline's own answer tokens are fed *after* the prompt as a second chunk, so a KV variant really reads its
 quantized cache (a single forward pass over prompt+answer shows no KV effect in ``exact`` prefill mode).
 The first answer token is predicted from the prompt chunk's last position; the rest from the answer chunk.
+
+No second prompt prefill for a variant that shares the baseline's weights (a KV-cache-only variant, or the
+baseline's noise floor) and whose cache takes an exact prefill: its prompt K/V and last-position logits are exactly
+the baseline's, so the baseline pass keeps a snapshot of them (references to the prompt chunk's K/V tensors,
+no copy: the answer chunk's ``update`` concatenates into new tensors) and the variant's cache is filled from it,
+as the decoder's exact transfer does, before its own answer chunk. Snapshots live in ``BaselineLogprobCache``
+under their own byte budget (memory spent for speed); past it the prompt is prefilled again.
 """
 from __future__ import annotations
 
@@ -11,15 +18,19 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from evalsuite.run.engine import Prefix, encode_prefix, prefill
+from transformers import DynamicCache
+
+from evalsuite.run.engine import Prefix, _plain_dynamic, encode_prefix, exact_prefill, prefill
 from evalsuite.run.generate import encode_prompts
 
 
-def _chunked_logprobs(model: Any, rows: list[list[int]], prefix: Prefix | None, cache: Any | None, pad_id: int,
-                      answer_ids: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
-    """Log-probs [batch, answer_len, vocab] predicting each answer token: the decoder's prompt prefill (shared
-    prefix, exact transfer into exact-prefill caches), then the answer as one chunk through the same cache."""
-    cache, last, mask = prefill(model, rows, prefix, cache, pad_id)
+PromptKV = tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor, torch.Tensor]  # (K/V), last, mask
+
+
+def _answer_logprobs(model: Any, cache: Any, last: torch.Tensor, mask: torch.Tensor, answer_ids: torch.Tensor,
+                     answer_mask: torch.Tensor) -> torch.Tensor:
+    """Log-probs [batch, answer_len, vocab] after a prompt prefill: ``last`` predicts the first answer token, the
+    answer chunk (through the same cache) the rest."""
     first = last[:, None, :].float()
     if answer_ids.shape[1] <= 1:
         return F.log_softmax(first, dim=-1)
@@ -30,14 +41,47 @@ def _chunked_logprobs(model: Any, rows: list[list[int]], prefix: Prefix | None, 
     return F.log_softmax(torch.cat([first, out2.logits.float()], dim=1), dim=-1)
 
 
+def _chunked_logprobs(model: Any, rows: list[list[int]], prefix: Prefix | None, cache: Any | None, pad_id: int,
+                      answer_ids: torch.Tensor, answer_mask: torch.Tensor,
+                      snapshot: Callable[[PromptKV], None] | None = None) -> torch.Tensor:
+    """Log-probs [batch, answer_len, vocab] predicting each answer token: the decoder's prompt prefill (shared
+    prefix, exact transfer into exact-prefill caches), then the answer as one chunk through the same cache.
+    ``snapshot`` receives the prompt's K/V (a DynamicCache's, before the answer chunk), last logits and mask."""
+    cache, last, mask = prefill(model, rows, prefix, cache, pad_id)
+    if snapshot is not None and isinstance(cache, DynamicCache) and _plain_dynamic(model):
+        snapshot((tuple((layer.keys, layer.values) for layer in cache.layers), last, mask))
+    return _answer_logprobs(model, cache, last, mask, answer_ids, answer_mask)
+
+
+def _from_snapshot(model: Any, kv: PromptKV, cache: Any | None, answer_ids: torch.Tensor,
+                   answer_mask: torch.Tensor) -> torch.Tensor:
+    """The same log-probs as ``_chunked_logprobs`` for a model with the snapshot's weights, without the prompt
+    prefill: the prompt's K/V go into ``cache`` (a fresh DynamicCache when None) with one update per layer."""
+    layers, last, mask = kv
+    work = cache if cache is not None else DynamicCache(config=model.config)
+    for i, (k, v) in enumerate(layers):
+        work.update(k, v, i)
+    return _answer_logprobs(model, work, last, mask, answer_ids, answer_mask)
+
+
 class BaselineLogprobCache:
     """Keeps the baseline's answer log-probs (bf16) between variants, up to a byte budget, so the baseline's
     teacher-forced pass runs once per batch instead of once per variant."""
 
-    def __init__(self, max_bytes: int = 4 << 30) -> None:
+    def __init__(self, max_bytes: int = 4 << 30, prompt_bytes: int = 2 << 30) -> None:
         self.max_bytes = max_bytes
         self.used = 0
         self._store: dict[Any, torch.Tensor] = {}
+        self.prompt_bytes = prompt_bytes  # budget for the baseline's prompt K/V snapshots
+        self.prompt_used = 0
+        self.prompts: dict[Any, PromptKV] = {}
+
+    def keep_prompt(self, key: Any, kv: PromptKV) -> None:
+        """Keep the baseline's prompt K/V for ``key`` if it fits the snapshot budget."""
+        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv[0])
+        if key is not None and key not in self.prompts and self.prompt_used + size <= self.prompt_bytes:
+            self.prompts[key] = kv
+            self.prompt_used += size
 
     def get(self, key: Any, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
         if key in self._store:
@@ -71,11 +115,15 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
         tokenizer.padding_side = saved
     args = (tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
     head = ids[0][:prefix_len]
-    cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0)
+    cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0, 0)
+    keep = (lambda kv: cache.keep_prompt(cache_key, kv)) if cache_key is not None else None  # noqa: E731
     base_lp = cache.get(cache_key, lambda: _chunked_logprobs(base_model, rows, encode_prefix(base_model, head),
-                                                               None, *args))
+                                                               None, *args, keep))
     var_cache = make_cache() if make_cache else None
-    var_lp = _chunked_logprobs(var_model, rows, encode_prefix(var_model, head, var_cache), var_cache, *args)
+    if var_model is base_model and exact_prefill(var_cache) and cache_key in cache.prompts:
+        var_lp = _from_snapshot(var_model, cache.prompts[cache_key], var_cache, *args[1:])
+    else:
+        var_lp = _chunked_logprobs(var_model, rows, encode_prefix(var_model, head, var_cache), var_cache, *args)
     var_lp = var_lp.to(torch.bfloat16).float()  # rounded like the cached baseline, so identical inputs give 0
     kl = (base_lp.exp() * (base_lp - var_lp)).sum(-1).clamp(min=0.0)  # [batch, answer_len]
     agree = base_lp.argmax(-1) == var_lp.argmax(-1)

@@ -8,6 +8,7 @@ from transformers.cache_utils import Cache
 from evalsuite.kvcache import KVConfig, make_cache
 from evalsuite.run.engine import common_prefix_len, encode_prefix, exact_prefill, prefill
 from evalsuite.run.generate import generate_batch, iter_generate
+from evalsuite.run.refill import Pool, can_refill
 from evalsuite.tasks.base import GenSettings
 from tests.conftest import make_tiny_model
 
@@ -35,9 +36,9 @@ def _hf_greedy(model, tokenizer, text, n, cache=None):
     return ids[: next((k for k, t in enumerate(ids) if t in stop), len(ids))]
 
 
-def _run(model, tokenizer, prompts, gen, make=None, **kw):
+def _run(model, tokenizer, prompts, gen, make=None, max_batch=8, **kw):
     got = {}
-    for idx, gens in iter_generate(model, tokenizer, prompts, gen, make, max_batch=8, **kw):
+    for idx, gens in iter_generate(model, tokenizer, prompts, gen, make, max_batch=max_batch, **kw):
         got.update(zip(idx, gens))
     return [got[i] for i in range(len(prompts))]
 
@@ -66,12 +67,12 @@ def test_shared_prefix_batch_matches_hf_generate_row_by_row(fp32, tokenizer):
                          ids=["dynamic", "kv4", "quanto4"])
 def test_finished_rows_leave_the_batch_and_others_are_unchanged(fp32, tokenizer, monkeypatch, cfg):
     make = None if cfg is None else (lambda: make_cache(cfg, fp32.config))
-    free = _run(fp32, tokenizer, _prompts(), GenSettings(max_new_tokens=12), make)
+    free = _run(fp32, tokenizer, _prompts(), GenSettings(max_new_tokens=12), make, refill=False)
     stop = free[0].text[free[0].text.index(next(c for c in free[0].text[2:] if c.strip())):][:2]
     selects = []
     monkeypatch.setattr(Cache, "reorder_cache",
                         lambda self, idx, orig=Cache.reorder_cache: (selects.append(len(idx)), orig(self, idx)))
-    stopped = _run(fp32, tokenizer, _prompts(), GenSettings(max_new_tokens=12, stop=(stop,)), make)
+    stopped = _run(fp32, tokenizer, _prompts(), GenSettings(max_new_tokens=12, stop=(stop,)), make, refill=False)
     assert stopped[0].n_tokens < free[0].n_tokens and stop not in stopped[0].text
     assert selects and min(selects) < len(QUESTIONS)  # the batch shrank
     for f, s in zip(free, stopped):
@@ -117,3 +118,58 @@ def test_prompt_without_the_prefix_is_refused(fp32, tokenizer):
     with pytest.raises(ValueError, match="shared prefix"):
         generate_batch(fp32, tokenizer, [("Something else entirely", True)], GenSettings(max_new_tokens=2),
                        prefix=prefix)
+
+
+MORE = QUESTIONS + ["Which is the largest planet we know of in the solar system", "Say hi", "Two plus two",
+                    "Name three colours of the rainbow, in order", "What do cows drink?", "Is ice cold or hot?"]
+
+
+@pytest.mark.parametrize("stop", [("e",), ("o", "a")], ids=["stop-e", "stop-oa"])
+def test_refill_equals_per_batch_decoding_row_by_row(fp32, tokenizer, monkeypatch, stop):
+    """A pool of 4 whose finished rows' slots take the next prompts decodes each row as its own batch did."""
+    merges = []
+    monkeypatch.setattr(Pool, "merge", lambda self, rows, *a, orig=Pool.merge: (merges.append(len(self)),
+                                                                                orig(self, rows, *a)))
+    gen = GenSettings(max_new_tokens=14, stop=stop)
+    per_batch = _run(fp32, tokenizer, _prompts(MORE), gen, max_batch=4, refill=False)
+    assert not merges
+    refilled = _run(fp32, tokenizer, _prompts(MORE), gen, max_batch=4, refill=True)
+    assert any(m > 0 for m in merges)  # newcomers were merged into a running batch
+    assert len({g.n_tokens for g in per_batch}) > 1  # rows really finish at different steps
+    for a, b in zip(per_batch, refilled):
+        assert (a.text, a.n_tokens) == (b.text, b.n_tokens)
+
+
+def test_refill_within_a_token_budget_equals_per_batch(fp32, tokenizer):
+    gen = GenSettings(max_new_tokens=10, stop=("e",))
+    per_batch = _run(fp32, tokenizer, _prompts(MORE), gen, max_batch=4, refill=False)
+    tight = _run(fp32, tokenizer, _prompts(MORE), gen, max_batch=8, refill=True, max_tokens=90)
+    assert [(g.text, g.n_tokens) for g in per_batch] == [(g.text, g.n_tokens) for g in tight]
+
+
+def test_refill_sampled_rows_do_not_depend_on_the_pool(fp32, tokenizer):
+    gen = GenSettings(max_new_tokens=10, temperature=1.0)
+    seeds = [100 + 7 * r for r in range(len(MORE))]
+    runs = [[g.text for g in _run(fp32, tokenizer, _prompts(MORE), gen, max_batch=b, row_seeds=seeds, refill=r)]
+            for b, r in [(3, True), (12, True), (5, False)]]
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_quantized_caches_fall_back_to_per_batch(fp32, tokenizer):
+    assert can_refill(fp32, None)
+    assert not can_refill(fp32, make_cache(KVConfig(bits=4, group=8, residual=8), fp32.config))
+    assert not can_refill(fp32, make_cache(KVConfig(backend="hf", bits=4, group=16, residual=8), fp32.config))
+
+
+def test_grow_layer_holds_what_concatenation_holds():
+    from evalsuite.run.growcache import SPARE, GrowLayer
+
+    gen = torch.Generator().manual_seed(0)
+    layer, ks, vs = GrowLayer(), [], []
+    for n in [5] + [1] * (SPARE + 20):  # past the spare columns: the buffer is remade
+        k, v = torch.randn(2, 3, n, 4, generator=gen), torch.randn(2, 3, n, 4, generator=gen)
+        ks.append(k)
+        vs.append(v)
+        keys, values = layer.update(k, v)
+    assert torch.equal(keys, torch.cat(ks, -2)) and torch.equal(values, torch.cat(vs, -2))
+    assert layer.get_seq_length() == 5 + SPARE + 20

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from evalsuite.kvcache import KVConfig, make_cache
 from evalsuite.run.engine import encode_prefix
-from evalsuite.run.kld import _chunked_logprobs, teacher_forced_kld
+from evalsuite.run.kld import BaselineLogprobCache, _chunked_logprobs, teacher_forced_kld
 from tests.conftest import make_tiny_model
 
 HEAD = "System: answer in a few words. Be brief and exact, and do not explain anything at all. "
@@ -53,3 +53,34 @@ def test_shared_prefix_does_not_change_the_kld(fp32, tokenizer):
     for (a, _, n), (b, _, m) in zip(plain, shared):
         assert n == m
         assert a == pytest.approx(b, abs=5e-3)
+
+
+@pytest.mark.parametrize("cfg", [None, KVConfig(bits=4, group=8, residual=8),
+                                 KVConfig(backend="hf", bits=4, group=16, residual=8)],
+                         ids=["dynamic", "kv4", "quanto4"])
+def test_prompt_snapshot_gives_the_same_kld_without_a_second_prefill(fp32, tokenizer, monkeypatch, cfg):
+    """A variant sharing the baseline's weights reuses the baseline's prompt K/V: same KLD, no prompt prefill."""
+    import evalsuite.run.kld as kld
+
+    make = None if cfg is None else (lambda: make_cache(cfg, fp32.config))
+    plain = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, prefix_len=12)
+    store = kld.BaselineLogprobCache()
+    teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, None, store, "batch", prefix_len=12)
+    assert "batch" in store.prompts and store.prompt_used > 0
+    prefills = []
+    monkeypatch.setattr(kld, "prefill", lambda *a, orig=kld.prefill: (prefills.append(1), orig(*a))[1])
+    fast = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, store, "batch", prefix_len=12)
+    assert not prefills  # neither the baseline (cached) nor the variant prefilled the prompt
+    for (a, agree_a, n), (b, agree_b, m) in zip(plain, fast):
+        assert (n, agree_a) == (m, agree_b)
+        assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_other_weights_prefill_their_own_prompt(fp32, tokenizer):
+    other = make_tiny_model(len(tokenizer), seed=6, dtype=torch.float32)
+    store = BaselineLogprobCache()
+    ref = teacher_forced_kld(fp32, other, tokenizer, PROMPTS, ANSWERS, prefix_len=12)
+    teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, None, store, "k", prefix_len=12)
+    got = teacher_forced_kld(fp32, other, tokenizer, PROMPTS, ANSWERS, None, store, "k", prefix_len=12)
+    for (a, _, _), (b, _, _) in zip(ref, got):
+        assert a == pytest.approx(b, abs=1e-4) and max(a) > 0
