@@ -143,6 +143,8 @@ class Runner:
                 done = self.store.kld_done(name, task.name)
                 self.store.put_kld(r for r in rows if r.sample_id not in done)
                 bar.update(len(rows))
+                if self.out_of_time():
+                    break
             bar.close()
 
     def record_info(self, variant: VariantRef, name: str) -> None:
