@@ -32,11 +32,14 @@ def gate_store(store: Store, policy_path: Path | None = None) -> GatedRun:
     baseline = meta.get("baseline", "bf16")
     order = meta.get("variant_order") or store.variants_present()
     present = set(store.variants_present())
-    variants = [v for v in order if v != baseline and v in present]
+    # every variant the run was asked for: one without samples (a budget spent before it ran) is INCONCLUSIVE
+    # ("no paired samples"), never silently left out of the verdict
+    variants = [v for v in order if v != baseline and not v.endswith(NOISE_SUFFIX)]
     base_rows = store.samples(baseline)
     records = {v: store.samples(v) for v in variants}
     kld = {v: store.kld(v) for v in variants}
-    stats, gate = gate_run(base_rows, records, kld, policy)
+    expected = list((meta.get("config") or {}).get("tasks") or [])
+    stats, gate = gate_run(base_rows, records, kld, policy, expected_tasks=expected)
     noise = None
     noise_name = baseline + NOISE_SUFFIX
     if noise_name in present:

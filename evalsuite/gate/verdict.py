@@ -163,7 +163,14 @@ def slice_checks(st: PairedStats, th: Thresholds) -> list[CheckResult]:
     return out
 
 
-def _missing(variant: str, task: str, slice_name: str, th: Thresholds, known: Sequence[str]) -> CheckResult:
+def _missing(variant: str, task: str, slice_name: str, th: Thresholds, known: Sequence[str],
+             expected: Sequence[str] = ()) -> CheckResult:
+    """A task (or selector slice) without paired samples. A task the run was asked for (``expected``) can still
+    get them, so it carries ``more_needed``; a task the run does not have gets a did-you-mean hint instead."""
+    if task in expected and slice_name == ALL:
+        return CheckResult(variant, task, slice_name, "min_samples", th.min_samples, 0, "INCONCLUSIVE",
+                           f"{_label(task, slice_name)}: no paired samples yet (n=0)", None, 0,
+                           max(th.min_samples, 1))
     close = difflib.get_close_matches(task, known, n=1) if task not in known else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return CheckResult(variant, task, slice_name, "min_samples", th.min_samples, 0, "INCONCLUSIVE",
@@ -171,8 +178,9 @@ def _missing(variant: str, task: str, slice_name: str, th: Thresholds, known: Se
 
 
 def _variant_checks(variant: str, idx: Mapping[tuple[str, str, str], PairedStats], policy: Policy,
-                    known: Sequence[str]) -> list[CheckResult]:
+                    known: Sequence[str], expected: Sequence[str] = ()) -> list[CheckResult]:
     tasks = [t for (v, t, s) in idx if v == variant and s == ALL]
+    tasks += [t for t in expected if t not in tasks]
     tasks += [t for t, tp in policy.tasks.items() if t not in tasks and not tp.optional]
     checks: list[CheckResult] = []
     for task in tasks:
@@ -180,18 +188,20 @@ def _variant_checks(variant: str, idx: Mapping[tuple[str, str, str], PairedStats
                                                       for r in policy.slices(task)]
         for slice_name, th in targets:
             st = idx.get((variant, task, slice_name))
-            checks += slice_checks(st, th) if st else [_missing(variant, task, slice_name, th, known)]
+            checks += slice_checks(st, th) if st else [_missing(variant, task, slice_name, th, known, expected)]
     return checks
 
 
-def evaluate_gate(stats: Sequence[PairedStats], policy: Policy, variants: Sequence[str] | None = None) -> GateResult:
-    """Gate every variant (those in ``stats``, or the given list) against ``policy``."""
+def evaluate_gate(stats: Sequence[PairedStats], policy: Policy, variants: Sequence[str] | None = None,
+                  expected_tasks: Sequence[str] = ()) -> GateResult:
+    """Gate every variant (those in ``stats``, or the given list) against ``policy``. ``expected_tasks``: the
+    tasks the run was asked for; one without paired samples for a variant is INCONCLUSIVE, never left out."""
     idx = {(s.variant, s.task, s.slice): s for s in stats}
     names = list(variants) if variants is not None else list(dict.fromkeys(s.variant for s in stats))
-    known = list(dict.fromkeys(s.task for s in stats))
+    known = list(dict.fromkeys([s.task for s in stats] + list(expected_tasks)))
     result = GateResult()
     for name in names:
-        checks = _variant_checks(name, idx, policy, known)
+        checks = _variant_checks(name, idx, policy, known, expected_tasks)
         result.checks += checks
         result.variant_verdicts[name] = worst([c.verdict for c in checks])
     result.overall = worst(list(result.variant_verdicts.values()))
@@ -216,8 +226,8 @@ def undecided(gate: GateResult) -> dict[str, set[str]]:
 
 def gate_run(baseline: Sequence[SampleResult], variants: Mapping[str, Sequence[SampleResult]],
              kld: Mapping[str, Sequence[KLDResult]], policy: Policy, binary_tasks: Set[str] | None = None,
-             *, slice_keys: Sequence[str] | None = None, n_boot: int = 2000,
-             seed: int = 0) -> tuple[list[PairedStats], GateResult]:
+             *, slice_keys: Sequence[str] | None = None, n_boot: int = 2000, seed: int = 0,
+             expected_tasks: Sequence[str] = ()) -> tuple[list[PairedStats], GateResult]:
     """The stats table (all, key=value and the policy's selector slices, per variant) and its gate result.
 
     ``binary_tasks``: names of binary tasks, or None to infer from the scores.
@@ -226,4 +236,4 @@ def gate_run(baseline: Sequence[SampleResult], variants: Mapping[str, Sequence[S
     for name, records in variants.items():
         stats += compare(baseline, records, kld.get(name, ()), slice_keys, binary_tasks,
                          filters=policy.filters(), variant_name=name, n_boot=n_boot, seed=seed)
-    return stats, evaluate_gate(stats, policy, list(variants))
+    return stats, evaluate_gate(stats, policy, list(variants), expected_tasks)

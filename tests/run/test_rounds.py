@@ -63,6 +63,9 @@ def test_budget_stops_and_resume_continues(tiny, tmp_path, policy):
     store = _execute(tiny, tmp_path / "b", policy, budget_s=1e-9)
     assert store.meta()["stop_reason"].startswith("budget") and store.meta()["drawn"]["copy"] == 20
     assert store.samples() == []  # the budget was spent before any work started: nothing began
+    empty = gate_store(store, policy).gate  # nothing ran: every variant INCONCLUSIVE, never a silent PASS
+    assert empty.variant_verdicts == {"noop": "INCONCLUSIVE", "w2g32": "INCONCLUSIVE"} and empty.exit_code == 1
+    assert all(c.more_needed for c in empty.checks)
     store.close()
     resumed = _execute(tiny, tmp_path / "b", policy, resume=True)
     assert resumed.meta()["stop_reason"] == "every check decided"
