@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import brentq
-from scipy.stats import binomtest, norm
-from scipy.stats import t as t_dist
+from scipy.special import bdtr, ndtri, stdtrit  # scipy.special only: scipy.stats costs seconds to import
 
 from evalsuite.run.records import KLDResult
 
@@ -45,7 +43,7 @@ def paired_bootstrap_ci(base: np.ndarray, var: np.ndarray, n_boot: int = 2000, s
         return float(diff[0]), float(diff[0]), float(diff[0])
     means = _boot_means(diff, n_boot, np.random.default_rng(seed))
     lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    widen = math.sqrt(n / (n - 1)) * t_dist.ppf(1 - alpha / 2, n - 1) / norm.ppf(1 - alpha / 2)
+    widen = math.sqrt(n / (n - 1)) * float(stdtrit(n - 1, 1 - alpha / 2)) / float(ndtri(1 - alpha / 2))
     lo, hi = delta + (lo - delta) * widen, delta + (hi - delta) * widen
     return delta, float(max(lo, diff.min())), float(min(hi, diff.max()))
 
@@ -77,16 +75,31 @@ def tango_ci(right_to_wrong: int, wrong_to_right: int, n: int, confidence: float
     """
     if n == 0:
         return -1.0, 1.0
-    z = norm.ppf(0.5 + confidence / 2)
+    z = float(ndtri(0.5 + confidence / 2))
     est = (wrong_to_right - right_to_wrong) / n
     eps = 1e-12
 
     def f(d: float, target: float) -> float:
         return float(tango_z(right_to_wrong, wrong_to_right, n, d)) - target
 
-    lo = -1.0 if f(-1 + eps, z) <= 0 else brentq(f, -1 + eps, est, args=(z,), xtol=1e-12)
-    hi = 1.0 if f(1 - eps, -z) >= 0 else brentq(f, est, 1 - eps, args=(-z,), xtol=1e-12)
+    lo = -1.0 if f(-1 + eps, z) <= 0 else _root(lambda d: f(d, z), -1 + eps, est)
+    hi = 1.0 if f(1 - eps, -z) >= 0 else _root(lambda d: f(d, -z), est, 1 - eps)
     return float(lo), float(hi)
+
+
+def _root(f: Callable[[float], float], a: float, b: float, tol: float = 1e-12) -> float:
+    """The root of ``f`` between ``a`` and ``b`` (a sign change) by bisection, to ``tol``."""
+    fa = f(a)
+    while b - a > tol:
+        mid = (a + b) / 2
+        fm = f(mid)
+        if fm == 0:
+            return mid
+        if (fm > 0) == (fa > 0):
+            a, fa = mid, fm
+        else:
+            b = mid
+    return (a + b) / 2
 
 
 def _boot_means(diff: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
@@ -113,15 +126,17 @@ def mcnemar_exact(b: int, c: int) -> float:
         raise ValueError(f"discordant counts must be >= 0, got {b}, {c}")
     if b + c == 0:
         return 1.0
-    return float(binomtest(min(b, c), b + c, 0.5, alternative="two-sided").pvalue)
+    return float(min(1.0, 2.0 * bdtr(min(b, c), b + c, 0.5)))  # the binomial(b + c, 1/2) is symmetric
 
 
 def wilson_ci(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a proportion k/n; (0, 1) when n = 0."""
     if n == 0:
         return 0.0, 1.0
-    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
-    return float(ci.low), float(ci.high)
+    z = float(ndtri(0.5 + confidence / 2))
+    center = (k + z * z / 2) / (n + z * z)
+    half = z / (n + z * z) * math.sqrt(k * (n - k) / n + z * z / 4)
+    return max(0.0, center - half), min(1.0, center + half)
 
 
 def kld_aggregate(records: Sequence[KLDResult]) -> dict[str, float | None]:
