@@ -69,7 +69,7 @@ class Runner:
             if task.name not in wanted[variant.name] or self.out_of_time():
                 continue
             self.generate(variant, variant.name, self.config.batch_size, [task])
-            if variant is not baseline and self.config.kld:
+            if variant is not baseline and self.config.kld and not self.out_of_time():
                 self.kld(variant, variant.name, baseline.name, kld_batch, [task])
 
     def out_of_time(self) -> bool:
