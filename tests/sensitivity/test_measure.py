@@ -57,7 +57,10 @@ def test_unit_kld_and_mixed_equals_built_variant(model, tiny):
     assert len({round(r.kld, 6) for r in w}) == 4  # layers differ
     assert m.weights({}).kld == 0.0 and m.kv(kv_keep(spec.kv, [0, 1, 2, 3])).kld == 0.0
     # the swapped-in whole variant measures what the built variant computes
-    built = build_variant(type("L", (), {"model": model, "tokenizer": None})(), parse_variant("w2g32[keep=l1]"))
+    from evalsuite.models.loader import LoadedModel
+
+    base = LoadedModel(model=model, tokenizer=None, name="tiny", source="memory", dtype="float32", fingerprint="-")
+    built = build_variant(base, parse_variant("w2g32[keep=l1]"))
     b = _batches()[0]
     ref, _ = single_pass(built.model, b)
     with swapped(model, merged(qunits, ["l1"])):
