@@ -39,7 +39,7 @@ class InProcessBackend:
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
     _tokenizer: Any = None
     _prompts: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
-    _prefix: dict[str, int] = field(default_factory=dict)
+    _prefix: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (samples seen, prefix tokens)
     _base_lp: BaselineLogprobCache = field(default_factory=BaselineLogprobCache)
 
     @classmethod
@@ -117,10 +117,13 @@ class InProcessBackend:
         return self._prompts[task.name]
 
     def prefix_len(self, task: PreparedTask) -> int:
-        """Tokens all of the task's prompts share (so a resumed or sharded subset computes what a full run does)."""
-        if task.name not in self._prefix:
-            self._prefix[task.name] = shared_prefix_len(self.loaded.tokenizer, self.prompts(task))
-        return self._prefix[task.name]
+        """Tokens all of the task's prompts share (so a resumed or sharded subset computes what a full run does).
+        Recomputed when a sequential round added samples: a new prompt may share less than the first ones did."""
+        seen, p = self._prefix.get(task.name, (0, 0))
+        if seen != len(task.samples):
+            p = shared_prefix_len(self.loaded.tokenizer, self.prompts(task))
+            self._prefix[task.name] = (len(task.samples), p)
+        return p
 
     def generate(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
                  batch_size: int) -> Iterator[list[SampleResult]]:
