@@ -21,7 +21,12 @@ def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = Non
     if ray_address is not None:
         from evalsuite.scale.ray_backend import RayBackend
 
+        if config.weight_kernels != "dequantized":
+            from evalsuite.errors import EvalsuiteError
+
+            raise EvalsuiteError("--weight-kernels quanto is not available with --ray (workers run dequantized)")
         return RayBackend(factory, address=ray_address, seed=config.seed, max_batch_tokens=config.max_batch_tokens)
     from evalsuite.run.inprocess import InProcessBackend
 
-    return InProcessBackend(loader=factory, seed=config.seed, max_batch_tokens=config.max_batch_tokens)
+    return InProcessBackend(loader=factory, seed=config.seed, max_batch_tokens=config.max_batch_tokens,
+                            kernels=config.weight_kernels)

@@ -68,6 +68,9 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
               help="Also run this lm-eval generate_until task (the task 'lm_eval:NAME'; local data).")
 @click.option("--lm-eval-include", type=click.Path(path_type=Path),
               help="Folder of lm-eval task YAMLs (sets lm_eval:NAME.include for every --lm-eval-task).")
+@click.option("--weight-kernels", type=click.Choice(["dequantized", "quanto"]), default="dequantized",
+              show_default=True, help="Weight-only variants: multiply by quanto's quantized values unpacked once "
+                                      "(same values, faster here), or run quanto's own modules (speed as deployed).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Fan (variant x task x shard) units out to Ray (a local instance, or ADDRESS).")
@@ -75,7 +78,7 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, ma
         round_size: int, budget: str | None, seed: int, params: tuple[str, ...],
         batch_size: int, out: Path | None, run_id: str | None, resume: str | None, policy: Path | None,
         no_gate: bool, kld: bool, noise_floor: bool, baseline_dir: Path | None, lm_eval_tasks: tuple[str, ...],
-        lm_eval_include: Path | None, quiet: bool, ray_address: str | None = None) -> int:
+        lm_eval_include: Path | None, weight_kernels: str, quiet: bool, ray_address: str | None = None) -> int:
     """Run the baseline and every variant on the same samples of each task, store every scored sample as it
     completes (SQLite, resumable), measure memory and speed, then gate against a policy.
 
@@ -109,7 +112,8 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, ma
         config = RunConfig(model=model, dtype=dtype, variants=split_specs(variants),
                            tasks=task_list, task_params=task_params, seed=seed, limit=limit, batch_size=batch_size,
                            kld=kld, noise_floor=noise_floor, max_samples=max_samples, round_size=round_size,
-                           budget_s=parse_duration(budget) if budget is not None else None)
+                           budget_s=parse_duration(budget) if budget is not None else None,
+                           weight_kernels=weight_kernels)
         run_dir = root / (run_id or new_run_id())
     set_run_dir(run_dir)
     quiet_libraries()

@@ -31,6 +31,9 @@ class RunConfig:
     kld: bool = True
     noise_floor: bool = False
     baselines_dir: str | None = None  # stored baselines to reuse (None = don't)
+    #: weight-only variants: "dequantized" (quanto's quantized values unpacked once: the quality run, ~2x faster
+    #: decode on CPU) or "quanto" (its packed modules and kernels, as deployed: for speed figures)
+    weight_kernels: str = "dequantized"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -34,6 +34,7 @@ class InProcessBackend:
     seed: int = 1234
     max_batch_tokens: int = 24576
     max_built: int | None = None  # keep at most this many built variants (a Ray worker keeps one)
+    kernels: str = "dequantized"  # weight-only variants: quanto's values unpacked once (variants.build.KERNELS)
     kld_method: str = KLD_METHOD
     base: LoadedModel | None = None
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
@@ -65,7 +66,7 @@ class InProcessBackend:
 
     def settings(self) -> dict[str, Any]:
         return {"backend": "in-process", "compute_dtype": self.loaded.dtype,
-                "max_batch_tokens": self.max_batch_tokens}
+                "max_batch_tokens": self.max_batch_tokens, "weight_kernels": self.kernels}
 
     @property
     def loaded(self) -> LoadedModel:
@@ -79,7 +80,7 @@ class InProcessBackend:
         if spec.name not in self._built:
             while self.max_built is not None and len(self._built) >= self.max_built:
                 self._built.pop(next(iter(self._built)))
-            self._built[spec.name] = build_variant(self.loaded, spec)
+            self._built[spec.name] = build_variant(self.loaded, spec, kernels=self.kernels)
         return self._built[spec.name]
 
     def release(self, variant: VariantSpec) -> None:
@@ -161,7 +162,8 @@ class InProcessBackend:
                            kv_bytes_per_token=measure_kv_bytes_per_token(built),
                            kv_formula_bytes_per_token=kv_bytes_per_token(variant.kv, built.model.config,
                                                                           built.float_bytes),
-                           fingerprint=built.fingerprint, source=built.source)
+                           fingerprint=built.fingerprint, source=built.source,
+                           kernels=built.kernels if variant.weights.fmt != "none" else None)
 
 
 def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> float:

@@ -63,6 +63,7 @@ class VariantInfo:
     itl_s: float | None = None  # median inter-token latency
     fingerprint: str | None = None  # artifact variants: a hash of the artifact's bytes
     source: str | None = None  # artifact variants: the folder / file gated
+    kernels: str | None = None  # how quantized weights executed in the run: "quanto" or "dequantized" (build.KERNELS)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -7,7 +7,12 @@ from typing import Any, Callable
 from evalsuite.models.loader import LoadedModel
 from evalsuite.variants.memory import WeightBytes, weight_bytes
 from evalsuite.variants.spec import VariantSpec
-from evalsuite.variants.weights import quantize_weights
+from evalsuite.variants.weights import dequantize_linears, quantize_weights
+
+#: How a weight-only variant's Linear layers execute: ``quanto`` keeps optimum-quanto's modules (packed weights,
+#: its kernels: what deploys, for speed figures); ``dequantized`` multiplies by the same quantized values unpacked
+#: once into the compute dtype (a quality run: identical weights, about half the decode step on CPU).
+KERNELS = ("quanto", "dequantized")
 
 
 @dataclass
@@ -20,6 +25,7 @@ class BuiltVariant:
     weights: WeightBytes
     fingerprint: str | None = None  # artifacts: a hash of the artifact's bytes
     source: str | None = None  # artifacts: the path loaded
+    kernels: str = "quanto"  # how quantized Linear layers execute (``KERNELS``)
 
     @property
     def name(self) -> str:
@@ -50,8 +56,11 @@ class BuiltVariant:
         return kv_bytes_per_token(self.spec.kv, self.model.config, dtype_bytes)
 
 
-def build_variant(base: LoadedModel, spec: VariantSpec) -> BuiltVariant:
-    """Quantize weights (a copy; baseline untouched) and measure the bytes held; an artifact is loaded instead."""
+def build_variant(base: LoadedModel, spec: VariantSpec, kernels: str = "quanto") -> BuiltVariant:
+    """Quantize weights (a copy; baseline untouched) and measure the bytes held (from the packed form, before
+    ``kernels="dequantized"`` unpacks weight-only layers); an artifact is loaded instead."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}; got {kernels!r}")
     if spec.artifact is not None:
         return build_artifact(base, spec)
     if spec.weights.activations != "none":
@@ -60,8 +69,11 @@ def build_variant(base: LoadedModel, spec: VariantSpec) -> BuiltVariant:
         model = quantize_with_activations(base.model, spec.weights, base.tokenizer)
     else:
         model = quantize_weights(base.model, spec.weights)
-    return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer,
-                        weights=weight_bytes(model, spec.weights, base.meta.get("weights_bytes")))
+    weights = weight_bytes(model, spec.weights, base.meta.get("weights_bytes"))
+    used = "quanto"
+    if kernels == "dequantized" and model is not base.model and dequantize_linears(model):
+        used = "dequantized"
+    return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer, weights=weights, kernels=used)
 
 
 def build_artifact(base: LoadedModel, spec: VariantSpec) -> BuiltVariant:

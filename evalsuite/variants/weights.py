@@ -75,3 +75,31 @@ def quantize_weights(model: torch.nn.Module, spec: WeightSpec) -> torch.nn.Modul
         freeze(qmodel)
     qmodel.eval()
     return qmodel
+
+
+def dequantize_linears(model: torch.nn.Module) -> int:
+    """Replace, in place, every weight-only quanto ``QLinear`` of a frozen model with a plain ``nn.Linear`` holding
+    ``qweight.dequantize()`` (exactly the values quanto's own CPU path multiplies by) in the module's dtype.
+
+    Why: quanto re-dequantizes the packed weights at every forward, which doubles a decode step's cost on CPU; a
+    quality run only needs the quantized *values*. Trade: the copy holds the weights unpacked (the baseline's
+    float bytes, not the packed ones), so byte figures must be measured before this is called. Modules that also
+    quantize activations (W8A8 ...) are left as they are. Returns the number of modules replaced."""
+    from optimum.quanto import QModuleMixin
+
+    replaced = 0
+    for name, mod in list(model.named_modules()):
+        if not (isinstance(mod, QModuleMixin) and isinstance(mod, torch.nn.Linear)) \
+                or mod.weight_qtype is None or mod.activation_qtype is not None:
+            continue
+        with torch.no_grad():
+            w = mod.qweight.dequantize()
+            lin = torch.nn.Linear(mod.in_features, mod.out_features, bias=mod.bias is not None,
+                                  device=w.device, dtype=w.dtype)
+            lin.weight = torch.nn.Parameter(w.detach().clone(), requires_grad=False)
+            if mod.bias is not None:
+                lin.bias = torch.nn.Parameter(mod.bias.detach().clone(), requires_grad=False)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, lin)
+        replaced += 1
+    return replaced
