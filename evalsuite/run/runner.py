@@ -40,6 +40,7 @@ class Runner:
         """Generate + score every (variant, task); KLD for every non-baseline variant. With ``rounds`` (an
         ``evalsuite.run.rounds.Rounds``) the samples come in rounds until the gate has decided."""
         self.check_compatible(self.backend.load())
+        self.check_artifacts(variants)
         baseline = variants[0]
         self.store.set_meta({"baseline": baseline.name, "variant_order": [v.name for v in variants],
                              "kld_method": self.backend.kld_method, "settings": self.backend.settings()})
@@ -98,6 +99,20 @@ class Runner:
                              "task_versions": {**stored, **{t.name: t.version for t in self.tasks}},
                              "task_params": {t.name: t.params for t in self.tasks},
                              "gen_settings": {t.name: t.gen.to_dict() for t in self.tasks}})
+
+    def check_artifacts(self, variants: Sequence[VariantRef]) -> None:
+        """Refuse to continue a run whose ``ckpt:`` artifact changed on disk: a variant, like the baseline, is keyed
+        by its bytes, not its path (pairs half from the old file and half from the new would be meaningless)."""
+        from evalsuite.variants.artifact import artifact_fingerprint
+
+        stored = self.store.meta().get("artifact_fingerprints", {})
+        now = {v.name: artifact_fingerprint(path) for v in variants if (path := getattr(v, "artifact", None))}
+        for name, fp in now.items():
+            if stored.get(name, fp) != fp:
+                raise StoreMismatch(f"artifact of variant {name!r} changed ({stored[name]} stored, {fp} now): "
+                                    "start a new run")
+        if now:
+            self.store.set_meta({"artifact_fingerprints": {**stored, **now}})
 
     def todo(self, name: str, task: PreparedTask) -> list[int]:
         """Indices of ``task``'s samples not yet stored for ``name``."""

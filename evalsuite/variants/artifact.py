@@ -9,6 +9,7 @@ folder's safetensors tensor bytes); its fingerprint is a hash of its files' byte
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -194,12 +195,19 @@ def artifact_bytes(path: str) -> ArtifactBytes:
 
 
 def artifact_fingerprint(path: str) -> str:
-    """sha256 over the artifact's bytes: the GGUF file, or a folder's config.json and weight files (name order)."""
+    """sha256 over the artifact's bytes: the GGUF file, or a folder's config.json and weight files (name order).
+    Hashed once per process while the files' sizes and modification times stay the same."""
     p = Path(path)
     files = [p] if p.is_file() else sorted({f for g in ("config.json", *WEIGHT_GLOBS) for f in p.glob(g)})
+    return _hash_files(tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+
+
+@functools.lru_cache(maxsize=32)
+def _hash_files(files: tuple[tuple[str, int, int], ...]) -> str:
     h = hashlib.sha256()
-    for f in files:
-        h.update(f"{f.name}|{f.stat().st_size}".encode())
+    for name, size, _ in files:
+        f = Path(name)
+        h.update(f"{f.name}|{size}".encode())
         with f.open("rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 22), b""):
                 h.update(chunk)

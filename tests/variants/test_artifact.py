@@ -96,3 +96,18 @@ def test_artifact_gated_in_process(tiny, art, tmp_path):
     assert infos["same"].spec["artifact"] == str(art.resolve())
     kld = {k.variant: k.mean for k in store.kld()}
     assert kld["same"] < 1e-4 and kld["kv"] > kld["same"]
+
+
+def test_resume_refuses_a_changed_artifact(tiny, art, tmp_path):
+    from evalsuite.errors import StoreMismatch
+    from tests.conftest import prepared, run_model
+
+    tasks = prepared(n=2, stop_at_newline=False)
+    store = run_model(tiny, tmp_path / "run", variants=("bf16", f"ckpt:{art}#same"), tasks=tasks, kld=False)
+    assert store.meta()["artifact_fingerprints"]["same"] == artifact_fingerprint(str(art))
+    run_model(tiny, None, variants=("bf16", f"ckpt:{art}#same"), tasks=tasks, kld=False, store=store)  # unchanged
+    with torch.no_grad():
+        tiny_copy = type(tiny.model)(tiny.model.config)
+    tiny_copy.save_pretrained(art)  # other weights under the same path
+    with pytest.raises(StoreMismatch, match="artifact of variant 'same' changed"):
+        run_model(tiny, None, variants=("bf16", f"ckpt:{art}#same"), tasks=tasks, kld=False, store=store)
