@@ -106,15 +106,16 @@ def placement(source: Path | str, device: torch.device, dtype: torch.dtype) -> d
 
 
 def weights_nbytes(source: Path | str, dtype: torch.dtype) -> int | None:
-    """Bytes of the model's parameters in ``dtype``, from its config on an empty (meta) model; None if unknown."""
+    """Bytes of the model's parameters in ``dtype`` (tied weights once), from its config on an empty (meta)
+    model; None if unknown."""
     try:
         from accelerate import init_empty_weights
-        from accelerate.utils import compute_module_sizes
         from transformers import AutoConfig, AutoModelForCausalLM
 
         with init_empty_weights():
             empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(source)))
-        return int(compute_module_sizes(empty, dtype=dtype)[""])
+        empty.tie_weights()  # not applied on the meta device by itself
+        return sum(p.numel() for p in empty.parameters()) * dtype.itemsize
     except Exception:  # an exotic config: place it on the device and let the load say if it does not fit
         return None
 
