@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/kv_cache.py --contexts 1024,4096 --decode-tokens 16
     .venv/bin/python benchmarks/kv_cache.py --contexts 1024 --dtype float32 --caches dynamic,kv4,hf4
+    .venv/bin/python benchmarks/kv_cache.py --device cuda --contexts 4096,16384
 
 One prefill of exactly ``ctx`` tokens (a multiple of the flush block) per context; its per-layer K/V are written
 into each cache through ``cache.update`` (exactly what an exact-mode prefill stores: no residual is left, so the
@@ -24,6 +25,7 @@ from transformers import DynamicCache
 
 from evalsuite.kvcache import KVConfig, cache_nbytes, kv_bytes_for_length, kv_bytes_per_token, make_cache
 from evalsuite.models import load_model, offline
+from evalsuite.models.device import synchronize
 
 CACHES: dict[str, KVConfig | None] = {
     "dynamic": None,
@@ -61,8 +63,10 @@ def _prefill(model: Any, ids: torch.Tensor) -> tuple[list[tuple[torch.Tensor, to
     """One prefill with a DynamicCache: per-layer K/V, the first greedy token, seconds."""
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
+        synchronize(ids.device)
         t0 = time.perf_counter()
         out = model(ids, cache=cache, use_cache=True)
+        synchronize(ids.device)
         seconds = time.perf_counter() - t0
     return [(layer.keys, layer.values) for layer in cache.layers], out.logits[:, -1:].argmax(-1), seconds
 
@@ -73,9 +77,11 @@ def _run(model: Any, cache: Any, kvs: list, first: torch.Tensor, n_decode: int) 
     Returns (fill seconds, bytes after the fill, median decode step seconds).
     """
     with torch.no_grad():
+        synchronize(first.device)
         t0 = time.perf_counter()
         for i, (k, v) in enumerate(kvs):
             cache.update(k.clone(), v.clone(), i)
+        synchronize(first.device)
         fill = time.perf_counter() - t0
         fill_bytes = cache_nbytes(cache)
         nxt, steps = first, []
@@ -83,6 +89,7 @@ def _run(model: Any, cache: Any, kvs: list, first: torch.Tensor, n_decode: int) 
             t0 = time.perf_counter()
             out = model(nxt, cache=cache, use_cache=True)
             nxt = out.logits[:, -1:].argmax(-1)
+            synchronize(nxt.device)
             steps.append(time.perf_counter() - t0)
     return fill, fill_bytes, statistics.median(steps[2:])
 
@@ -91,7 +98,7 @@ def measure(model: Any, tok: Any, names: list[str], contexts: list[int], n_decod
             ) -> list[Row]:
     rows = []
     for ctx in contexts:
-        kvs, first, seconds = _prefill(model, _prompt(tok, ctx))
+        kvs, first, seconds = _prefill(model, _prompt(tok, ctx).to(model.device))
         print(f"  prefill {ctx} tokens: {seconds:.1f} s", flush=True)
         for name in names:
             cfg = CACHES[name]
@@ -130,6 +137,7 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=32)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--caches", default=",".join(CACHES), help=f"subset of {','.join(CACHES)}")
+    ap.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     args = ap.parse_args()
     if args.threads:
@@ -139,10 +147,10 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown caches {sorted(unknown)}")
     offline()
-    loaded = load_model("default", dtype=args.dtype)
+    loaded = load_model("default", dtype=args.dtype, device=args.device)
     dtype_bytes = next(loaded.model.parameters()).element_size()
     contexts = [int(c) for c in args.contexts.split(",")]
-    print(f"model {loaded.name} ({args.dtype}), torch threads {torch.get_num_threads()}, contexts {contexts}, "
+    print(f"model {loaded.name} ({args.dtype} on {loaded.meta['device']}), torch threads {torch.get_num_threads()}, contexts {contexts}, "
           f"{args.decode_tokens} decode tokens")
     report(measure(loaded.model, loaded.tokenizer, names, contexts, args.decode_tokens, dtype_bytes))
 

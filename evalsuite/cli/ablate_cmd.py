@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from evalsuite.cli.common import model_options, quiet_libraries, reports_root, runs_root
+from evalsuite.cli.common import check_device, model_options, quiet_libraries, reports_root, runs_root
 from evalsuite.run.config import RunConfig
 
 
@@ -23,8 +23,8 @@ from evalsuite.run.config import RunConfig
                    "'w4g64[keep=top{0,2,4,8}]' (the N most sensitive weight units of that ranking).")
 @click.option("--run-id", help="Run folder name (default ablate-YYYYmmdd-HHMMSS).")
 @click.option("--quiet", "-q", is_flag=True)
-def ablate(model: str, dtype: str, sweeps: tuple[str, ...], tasks: str, limit: int | None, seed: int,
-           params: tuple[str, ...], batch_size: int, sensitivity_file: Path | None, run_id: str | None,
+def ablate(model: str, dtype: str, device: str | None, sweeps: tuple[str, ...], tasks: str, limit: int | None,
+           seed: int, params: tuple[str, ...], batch_size: int, sensitivity_file: Path | None, run_id: str | None,
            quiet: bool) -> int:
     """Run every swept variant and the baseline on identical samples; write a table and plots of each task's
     score (95% CI) and KLD against bytes (weight bytes, or KV bytes per token for KV-only variants), with the
@@ -37,6 +37,7 @@ def ablate(model: str, dtype: str, sweeps: tuple[str, ...], tasks: str, limit: i
     from evalsuite.run.pipeline import execute, new_run_id
     from evalsuite.variants.spec import parse_variant_list
 
+    device = check_device(device)  # before anything loads
     variants = ["bf16"] + [v for pattern in sweeps for v in expand_sweep(pattern)]
     if sensitivity_file is not None:
         from evalsuite.sensitivity.report import load_ranking, resolve_top
@@ -47,8 +48,9 @@ def ablate(model: str, dtype: str, sweeps: tuple[str, ...], tasks: str, limit: i
 
     for spec in parse_variant_list(",".join(variants)):  # keep=topN without --sensitivity fails here, not later
         check_patterns(p for _, pats in spec.weights.overrides for p in pats)
-    config = RunConfig(model=model, dtype=dtype, variants=variants, tasks=[t.strip() for t in tasks.split(",")],
-                       task_params=parse_params(params), seed=seed, limit=limit, batch_size=batch_size)
+    config = RunConfig(model=model, dtype=dtype, device=device, variants=variants,
+                       tasks=[t.strip() for t in tasks.split(",")], task_params=parse_params(params), seed=seed,
+                       limit=limit, batch_size=batch_size)
     quiet_libraries()
     run_dir = runs_root() / (run_id or new_run_id().replace("run-", "ablate-"))
     set_run_dir(run_dir)

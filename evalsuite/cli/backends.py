@@ -17,7 +17,7 @@ def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = Non
         from evalsuite.scale.endpoint_backend import EndpointBackend
 
         return EndpointBackend(config.model, workdir=run_dir, seed=config.seed, top_k=5 if config.kld else 0)
-    factory = ModelFactory(config.model, config.dtype)
+    factory = ModelFactory(config.model, config.dtype, config.device)
     if ray_address is not None:
         from evalsuite.scale.ray_backend import RayBackend
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from evalsuite.cli.common import baselines_root, model_options, quiet_libraries, runs_root
+from evalsuite.cli.common import baselines_root, check_device, model_options, quiet_libraries, runs_root
 from evalsuite.run.config import DEFAULT_TASKS, RunConfig
 
 
@@ -17,8 +17,8 @@ from evalsuite.run.config import DEFAULT_TASKS, RunConfig
 @click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE")
 @click.option("--out", type=click.Path(path_type=Path), help="Baselines folder (default ./baselines).")
 @click.option("--quiet", "-q", is_flag=True)
-def baseline(model: str, dtype: str, tasks: str, limit: int | None, seed: int, params: tuple[str, ...],
-             out: Path | None, quiet: bool) -> int:
+def baseline(model: str, dtype: str, device: str | None, tasks: str, limit: int | None, seed: int,
+             params: tuple[str, ...], out: Path | None, quiet: bool) -> int:
     """Run the baseline only and store its per-sample results with a manifest (model content fingerprint,
     task versions, parameters, generation settings, library versions) under baselines/<fingerprint>/.
     `evalsuite run` reuses a matching stored baseline and refuses (with the reason) one that does not match."""
@@ -30,8 +30,10 @@ def baseline(model: str, dtype: str, tasks: str, limit: int | None, seed: int, p
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.tasks.registry import default_registry
 
-    config = RunConfig(model=model, dtype=dtype, variants=["bf16"], tasks=[t.strip() for t in tasks.split(",")],
-                       task_params=parse_params(params), seed=seed, limit=limit, kld=False)
+    device = check_device(device)  # before anything loads
+    config = RunConfig(model=model, dtype=dtype, device=device, variants=["bf16"],
+                       tasks=[t.strip() for t in tasks.split(",")], task_params=parse_params(params), seed=seed,
+                       limit=limit, kld=False)
     quiet_libraries()
     run_dir = runs_root() / f"baseline-{new_run_id()}"
     set_run_dir(run_dir)

@@ -12,12 +12,33 @@ from evalsuite import PROJECT_ROOT
 MODEL_HELP = "'default' (embedded SmolLM2-135M-Instruct), a local folder, a .gguf file, or an HF id (offline cache)."
 
 
+DEVICE_HELP = ("Where the model runs: auto (CUDA when present, else the CPU), cpu, cuda or cuda:N. A model too big "
+               "for the GPU's free memory is spread over the GPUs (then the CPU) with device_map=auto. "
+               "[default: auto; with --resume: the run's stored device]")
+
+
+def device_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--device (None when not given, so that ``--resume`` can keep the stored one)."""
+    return click.option("--device", "device", default=None, metavar="auto|cpu|cuda|cuda:N", help=DEVICE_HELP)(fn)
+
+
+def check_device(device: str | None) -> str:
+    """The ``--device`` value (``auto`` when not given), refused (one line, exit 2) before anything loads when it
+    is malformed or names a GPU this machine does not have."""
+    from evalsuite.models.device import resolve_device
+
+    resolve_device(device or "auto")
+    return device or "auto"
+
+
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """--model and --dtype."""
+    """--model, --dtype and --device."""
+    fn = device_option(fn)
     fn = click.option("--dtype", default="auto", show_default=True,
                       type=click.Choice(["auto", "bfloat16", "float32", "float16"]),
-                      help="Baseline dtype (the reference of every comparison). auto: bf16 weights, computed in "
-                           "bf16 or fp32, whichever this machine multiplies faster (measured at load).")(fn)
+                      help="Baseline dtype (the reference of every comparison). auto: on CUDA bf16; on the CPU bf16 "
+                           "weights computed in bf16 or fp32, whichever this machine multiplies faster (measured "
+                           "at load).")(fn)
     return click.option("--model", "-m", default="default", show_default=True, help=MODEL_HELP)(fn)
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from evalsuite.cli.common import baselines_root, model_options, quiet_libraries, runs_root, table
+from evalsuite.cli.common import baselines_root, check_device, model_options, quiet_libraries, runs_root, table
 from evalsuite.errors import EvalsuiteError
 from evalsuite.run.config import DEFAULT_TASKS, DEFAULT_VARIANTS, RunConfig
 
@@ -74,8 +74,8 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Fan (variant x task x shard) units out to Ray (a local instance, or ADDRESS).")
-def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, max_samples: int | None,
-        round_size: int, budget: str | None, seed: int, params: tuple[str, ...],
+def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, limit: int | None,
+        max_samples: int | None, round_size: int, budget: str | None, seed: int, params: tuple[str, ...],
         batch_size: int, out: Path | None, run_id: str | None, resume: str | None, policy: Path | None,
         no_gate: bool, kld: bool, noise_floor: bool, baseline_dir: Path | None, lm_eval_tasks: tuple[str, ...],
         lm_eval_include: Path | None, weight_kernels: str, quiet: bool, ray_address: str | None = None) -> int:
@@ -93,9 +93,12 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, ma
 
     root = out or runs_root()
     load_policy(policy)  # a bad policy is refused before anything loads or runs
+    if device is not None or not resume:
+        device = check_device(device)  # a bad or absent device: one line, exit 2, no run folder
     if resume:
         run_dir = resolve_run_dir(resume, root)
         config = resume_config(run_dir)
+        config.device = device or check_device(config.device)  # the stored device unless --device is given
         if budget is not None:  # a budgeted run continues under a new budget
             config.budget_s = parse_duration(budget)
     else:
@@ -109,7 +112,7 @@ def run(model: str, dtype: str, variants: str, tasks: str, limit: int | None, ma
             raise EvalsuiteError("--limit (a fixed set) and --max-samples (sequential rounds) exclude each other")
         if budget is not None and max_samples is None:
             raise EvalsuiteError("--budget needs --max-samples (it bounds a sequential run)")
-        config = RunConfig(model=model, dtype=dtype, variants=split_specs(variants),
+        config = RunConfig(model=model, dtype=dtype, device=device or "auto", variants=split_specs(variants),
                            tasks=task_list, task_params=task_params, seed=seed, limit=limit, batch_size=batch_size,
                            kld=kld, noise_floor=noise_floor, max_samples=max_samples, round_size=round_size,
                            budget_s=parse_duration(budget) if budget is not None else None,

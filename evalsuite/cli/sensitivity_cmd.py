@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from evalsuite.cli.common import model_options, quiet_libraries, runs_root
+from evalsuite.cli.common import check_device, model_options, quiet_libraries, runs_root
 from evalsuite.errors import EvalsuiteError
 from evalsuite.run.config import DEFAULT_TASKS
 
@@ -32,9 +32,10 @@ from evalsuite.run.config import DEFAULT_TASKS
 @click.option("--gate/--no-gate", default=True, show_default=True, help="--fix: gate before/after (subprocess).")
 @click.option("--gate-limit", type=click.IntRange(min=1), help="Samples per task when gating [default: --limit].")
 @click.option("--out", type=click.Path(path_type=Path), help="Output folder [default: runs/sensitivity-<time>].")
-def sensitivity(model: str, dtype: str, variant: str, tasks: str, limit: int, seed: int, params: tuple[str, ...],
-                max_new_tokens: int, batch_size: int, unit_kind: str, fix: bool, target: str | None,
-                max_keep: float, policy: Path | None, gate: bool, gate_limit: int | None, out: Path | None) -> int:
+def sensitivity(model: str, dtype: str, device: str | None, variant: str, tasks: str, limit: int, seed: int,
+                params: tuple[str, ...], max_new_tokens: int, batch_size: int, unit_kind: str, fix: bool,
+                target: str | None, max_keep: float, policy: Path | None, gate: bool, gate_limit: int | None,
+                out: Path | None) -> int:
     """Quantize ONE unit at a time (a decoder layer's Linear modules, one module with --unit module, or one
     layer's KV cache) and measure the teacher-forced KLD from the baseline on a small slice of each task's
     samples; print the ranking, write results.json and sensitivity.png. docs/sensitivity.md explains it."""
@@ -53,11 +54,12 @@ def sensitivity(model: str, dtype: str, variant: str, tasks: str, limit: int, se
                              "or quantized activations cannot do; give a weight / KV spec such as w4g128")
     if policy is not None and not policy.is_file():
         raise EvalsuiteError(f"policy file not found: {policy}")
+    device = check_device(device)
     task_list = [t.strip() for t in tasks.split(",") if t.strip()]
     out = out or runs_root() / time.strftime("sensitivity-%Y%m%d-%H%M%S")
     quiet_libraries()
     t0 = time.perf_counter()
-    loaded = load_model(model, dtype=dtype)
+    loaded = load_model(model, dtype=dtype, device=device)
     data = load_slice(loaded, task_list, limit, seed, parse_params(params), max_new_tokens, batch_size)
     click.echo(f"slice: {data.samples} samples of {', '.join(task_list)}; {data.prompt_tokens} prompt and "
                f"{data.answer_tokens} answer tokens (baseline answers generated once)")
@@ -69,9 +71,9 @@ def sensitivity(model: str, dtype: str, variant: str, tasks: str, limit: int, se
     if fix:
         fix_out = _fix(loaded, measurer, spec, sens, qunits, target, max_keep, policy, gate,
                        dict(tasks=task_list, limit=gate_limit or limit, seed=seed, params=params, model=model,
-                            dtype=dtype, out=out))
-    meta = {"variant": spec.name, "model": model, "dtype": dtype, "unit": unit_kind, "tasks": task_list,
-            "limit": limit, "seed": seed, "params": list(params), "max_new_tokens": max_new_tokens,
+                            dtype=dtype, device=device, out=out))
+    meta = {"variant": spec.name, "model": model, "dtype": dtype, "device": loaded.meta["device"], "unit": unit_kind,
+            "tasks": task_list, "limit": limit, "seed": seed, "params": list(params), "max_new_tokens": max_new_tokens,
             "samples": data.samples, "answer_tokens": data.answer_tokens,
             "wall_seconds": time.perf_counter() - t0}
     files = [write_results(out, meta, sens, fix_out), plot(out, sens, spec.name)]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from evalsuite.cli.common import fmt_bytes, model_options, quiet_libraries, table
+from evalsuite.cli.common import check_device, fmt_bytes, model_options, quiet_libraries, table
 
 SMOKE_PROMPT = "What is the capital of France? Answer in one short sentence."
 
@@ -13,7 +13,7 @@ SMOKE_PROMPT = "What is the capital of France? Answer in one short sentence."
 @click.option("--variants", "-v", default="bf16,w8,w4g64", show_default=True,
               help="Comma-separated variant specs (see `evalsuite variants describe --help`).")
 @click.option("--max-new-tokens", default=24, show_default=True)
-def smoke(model: str, dtype: str, variants: str, max_new_tokens: int) -> int:
+def smoke(model: str, dtype: str, device: str | None, variants: str, max_new_tokens: int) -> int:
     """Load MODEL, build each variant, greedy-answer one fixed prompt; print a table of
     variant, measured weight bytes, formula bytes, fingerprint and the answer. An artifact
     (ckpt:PATH, a folder or .gguf) shows its own tensor bytes and a hash of its files."""
@@ -25,12 +25,13 @@ def smoke(model: str, dtype: str, variants: str, max_new_tokens: int) -> int:
     from evalsuite.variants.spec import parse_variant_list
 
     specs = parse_variant_list(variants)  # bad specs fail before the model loads
+    device = check_device(device)
     offline()
     quiet_libraries()
-    base = load_model(model, dtype)
+    base = load_model(model, dtype, device)
     if "dtype_choice" in base.meta:
         click.echo(base.meta["dtype_choice"])
-    click.echo(f"model {base.name} ({base.dtype}, fingerprint {base.fingerprint}, "
+    click.echo(f"model {base.name} ({base.dtype} on {base.meta['device']}, fingerprint {base.fingerprint}, "
                f"{base.meta['n_params'] / 1e6:.1f}M params)")
     prompt = render_prompt(Sample(id="smoke", target=None, messages=({"role": "user", "content": SMOKE_PROMPT},)),
                            base.tokenizer)

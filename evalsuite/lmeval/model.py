@@ -47,8 +47,10 @@ def _batch_size(value: int | str | None, default: int = 16) -> int:
 class EvalsuiteLM(LM):
     """lm-eval model ``evalsuite``: ``model_args="model=default,variant=w4g64+kv4g32,dtype=bfloat16,batch_size=16"``.
 
-    From Python, ``model`` may be an already-loaded ``LoadedModel`` and ``variant`` a spec string, a VariantSpec or
-    an already-built ``BuiltVariant`` (then ``model`` is not needed).
+    ``device`` (``model_args`` ``device=...`` or lm-eval's ``--device``): auto (the default: CUDA when present),
+    cpu, cuda or cuda:N, as ``evalsuite run --device``. From Python, ``model`` may be an already-loaded
+    ``LoadedModel`` (it stays where it is loaded; ``device`` is then ignored) and ``variant`` a spec string, a
+    VariantSpec or an already-built ``BuiltVariant`` (then ``model`` is not needed).
     """
 
     def __init__(self, model: str | LoadedModel = "default", variant: str | VariantSpec | BuiltVariant = "bf16",
@@ -60,7 +62,7 @@ class EvalsuiteLM(LM):
             self.built = variant
             self.model_name = model.name if isinstance(model, LoadedModel) else str(model)
         else:
-            base = model if isinstance(model, LoadedModel) else _load(str(model), dtype)
+            base = model if isinstance(model, LoadedModel) else _load(str(model), dtype, device)
             spec = variant if isinstance(variant, VariantSpec) else parse_variant(str(variant))
             self.built = build_variant(base, spec)
             self.model_name = base.name
@@ -184,11 +186,11 @@ def gen_settings(kwargs: dict[str, Any] | None, default_max: int = DEFAULT_MAX_G
                        temperature=temperature)
 
 
-def _load(name: str, dtype: str) -> LoadedModel:
+def _load(name: str, dtype: str, device: Any = None) -> LoadedModel:
     from evalsuite.models import load_model, offline
 
     offline()
-    return load_model(name, dtype)
+    return load_model(name, dtype, str(device) if device is not None else "auto")
 
 
 def _model_max_length(model: Any, tokenizer: Any) -> int:

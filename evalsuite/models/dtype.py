@@ -4,7 +4,8 @@ bf16 is not always the faster choice on a CPU: with AMX / AVX512-BF16 it runs ~2
 emulates it and it can be ~5x slower. So the choice is measured (a few ms of matmuls shaped like the model's
 decode and prefill: ``[m, hidden] @ [hidden, intermediate]`` and the same through ``lm_head``), never assumed.
 The function has no side effects: it returns the choice and the GFLOP/s it saw; wiring it into the CLI is the
-caller's business.
+caller's business. It is only asked on the CPU: on CUDA ``--dtype auto`` is bf16 without measuring
+(``evalsuite.models.loader.load_model``).
 """
 from __future__ import annotations
 

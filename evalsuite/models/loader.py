@@ -68,31 +68,77 @@ def load_tokenizer(name: str = "default") -> Any:
         raise EvalsuiteError(f"cannot load the tokenizer of {name!r}: {first}") from None
 
 
-def load_pretrained(name: str, dtype: str = "bfloat16") -> tuple[Any, Any, str]:
-    """(model, tokenizer, resolved source) of a model argument in ``dtype``; a folder's own quantization config
-    (whatever transformers loads on this device) applies, a GGUF file is dequantized (converted once)."""
+def load_pretrained(name: str, dtype: str = "bfloat16", device: Any = "cpu") -> tuple[Any, Any, str]:
+    """(model, tokenizer, resolved source) of a model argument in ``dtype`` on ``device`` (a ``torch.device`` or
+    a ``--device`` string; see ``placement``); a folder's own quantization config (whatever transformers loads on
+    this device) applies, a GGUF file is dequantized (converted once)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from evalsuite.models.device import resolve_device
+
     torch_dtype = resolve_dtype(dtype)
+    target = device if isinstance(device, torch.device) else resolve_device(device)
     source = resolve_source(name)
     try:
         tok = AutoTokenizer.from_pretrained(str(source))
-        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype)
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype,
+                                                     **placement(source, target, torch_dtype))
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise EvalsuiteError(f"cannot load model {name!r}: {first}") from None
     return model, tok, str(source)
 
 
-def load_model(name: str = "default", dtype: str = "auto") -> LoadedModel:
-    """Load tokenizer + model in ``dtype``, eval mode, with a content fingerprint.
+def placement(source: Path | str, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    """``from_pretrained`` keywords placing a model on ``device``.
 
-    ``auto``: weights loaded in bf16 (the fingerprint is theirs), then computed in whichever of bf16 / fp32 this
-    machine multiplies faster at the model's shapes (``evalsuite.models.dtype``, measured, never assumed): fp32
-    holds every bf16 value exactly, so the weights stay BF16-valued; byte figures count them at 2 bytes."""
+    The CPU: none (transformers' default, exactly as before ``--device`` existed). A GPU: ``device_map`` onto it
+    when the weights fit its free memory (with 10% headroom for activations and the KV cache), else
+    ``device_map="auto"``: accelerate fills the visible GPUs, then the CPU. Inputs go to ``model.device`` (the
+    first shard) and accelerate moves the outputs back there, so the rest of the suite does not see the split."""
+    if device.type != "cuda":
+        return {}
+    need = weights_nbytes(source, dtype)
+    free, _ = torch.cuda.mem_get_info(device)
+    if need is None or need * 1.1 <= free:
+        return {"device_map": {"": device.index or 0}}
+    return {"device_map": "auto"}
+
+
+def weights_nbytes(source: Path | str, dtype: torch.dtype) -> int | None:
+    """Bytes of the model's parameters in ``dtype`` (tied weights once), from its config on an empty (meta)
+    model; None if unknown."""
+    try:
+        from accelerate import init_empty_weights
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        with init_empty_weights():
+            empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(source)))
+        empty.tie_weights()  # not applied on the meta device by itself
+        return sum(p.numel() for p in empty.parameters()) * dtype.itemsize
+    except Exception:  # an exotic config: place it on the device and let the load say if it does not fit
+        return None
+
+
+def load_model(name: str = "default", dtype: str = "auto", device: str = "auto") -> LoadedModel:
+    """Load tokenizer + model in ``dtype`` on ``device`` (``evalsuite.models.device``), eval mode, with a content
+    fingerprint; ``meta["device"]`` records where it runs (``meta["device_map"]`` when spread over devices).
+
+    ``auto`` on the CPU: weights loaded in bf16 (the fingerprint is theirs), then computed in whichever of bf16 /
+    fp32 this machine multiplies faster at the model's shapes (``evalsuite.models.dtype``, measured, never
+    assumed): fp32 holds every bf16 value exactly, so the weights stay BF16-valued; byte figures count them at 2
+    bytes. ``auto`` on CUDA: bf16 (GPUs with bf16 tensor cores run it faster; nothing is measured)."""
+    from evalsuite.models.device import resolve_device
+
+    target = resolve_device(device)
     auto = dtype == "auto"
-    model, tok, source = load_pretrained(name, "bfloat16" if auto else dtype)
+    model, tok, source = load_pretrained(name, "bfloat16" if auto else dtype, target)
     loaded = wrap_model(model, tok, name=name, source=source)
+    if getattr(model, "hf_device_map", None) and len(set(model.hf_device_map.values())) > 1:
+        loaded.meta["device_map"] = "auto"
+    if auto and target.type == "cuda":
+        loaded.meta["dtype_choice"] = "auto dtype: bfloat16 (CUDA: bf16, not measured)"
+        return loaded
     return with_measured_dtype(loaded) if auto else loaded
 
 
@@ -116,9 +162,12 @@ def wrap_model(model: Any, tokenizer: Any, name: str, source: str = "memory") ->
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    from evalsuite.models.device import device_name, model_device
+
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     cfg = model.config
-    meta = {"n_params": sum(p.numel() for p in model.parameters()),
+    meta = {"device": device_name(model_device(model)),
+            "n_params": sum(p.numel() for p in model.parameters()),
             "num_layers": cfg.num_hidden_layers,
             "num_kv_heads": getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
             "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
@@ -129,14 +178,15 @@ def wrap_model(model: Any, tokenizer: Any, name: str, source: str = "memory") ->
 
 @dataclass(frozen=True)
 class ModelFactory:
-    """Picklable ``load_model(name, dtype)`` (what an in-process backend loads, here or in a Ray worker)."""
+    """Picklable ``load_model(name, dtype, device)`` (what an in-process backend loads, here or in a Ray worker)."""
 
     name: str = "default"
     dtype: str = "auto"
+    device: str = "auto"
 
     def __call__(self) -> LoadedModel:
         offline()
-        return load_model(self.name, self.dtype)
+        return load_model(self.name, self.dtype, self.device)
 
     def tokenizer(self) -> Any:
         """Only the tokenizer (no weights), set up as ``load_model`` sets it."""

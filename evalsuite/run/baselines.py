@@ -33,7 +33,9 @@ def library_versions() -> dict[str, str]:
 
 
 #: run settings that change outputs (batch composition changes padding and numerics; dtype changes everything)
-RUN_KEYS = ("batch_size", "max_batch_tokens", "compute_dtype", "backend")
+RUN_KEYS = ("batch_size", "max_batch_tokens", "compute_dtype", "backend", "device")
+#: what a manifest written before a key existed stored implicitly (every baseline before --device ran on the CPU)
+RUN_DEFAULTS = {"device": "cpu"}
 LIBRARIES = ("torch", "transformers", "optimum-quanto", "evalsuite")
 
 
@@ -89,8 +91,9 @@ def mismatch_reason(manifest: dict[str, Any], task: PreparedTask, seed: int,
         return f"task {task.name!r}: {len(missing)} samples missing or changed (e.g. {missing[0]})"
     stored_run = manifest.get("run", {})
     for key, value in (run or {}).items():
-        if stored_run.get(key) != value:
-            return f"{key} differs (stored {stored_run.get(key)!r}, now {value!r})"
+        stored = stored_run.get(key, RUN_DEFAULTS.get(key))
+        if stored != value:
+            return f"{key} differs (stored {stored!r}, now {value!r})"
     libs, now = manifest.get("libraries", {}), library_versions()
     for pkg in LIBRARIES:
         if libs.get(pkg) != now[pkg]:

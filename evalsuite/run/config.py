@@ -16,6 +16,7 @@ class RunConfig:
 
     model: str = "default"
     dtype: str = "auto"  # bf16 weights computed in the faster of bf16 / fp32 here (evalsuite.models.dtype)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N (evalsuite.models.device); stored configs without it: cpu
     variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
     tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
     task_params: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -40,4 +41,5 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
-        return cls(**d)
+        """A stored config; one stored before ``device`` existed ran on the CPU, so it resumes there."""
+        return cls(**{"device": "cpu", **d})

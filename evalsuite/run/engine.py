@@ -24,6 +24,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, QuantizedLayer
 
+from evalsuite.models.device import synchronize
 from evalsuite.tasks.base import GenSettings
 
 MIN_PREFIX = 8  # shorter common prefixes are not worth a separate forward
@@ -145,7 +146,9 @@ def decode(model: Any, tokenizer: Any, rows: Sequence[Sequence[int]], gen: GenSe
            cache: Any, stop_ids: set[int], seed: int = 0, row_seeds: Sequence[int] | None = None
            ) -> list[Decoded]:
     """Greedy (or seeded sampled) decoding of one batch; rows leave the batch as they finish. Sampling draws
-    each row from its own generator: ``row_seeds`` (default ``seed + row``)."""
+    each row from its own generator: ``row_seeds`` (default ``seed + row``). Step stamps are read after the
+    device finished the step (``synchronize``)."""
+    synchronize(model.device)
     start = time.perf_counter()
     cache, logits, mask = prefill(model, rows, prefix, cache, tokenizer.pad_token_id)
     seeds = list(row_seeds) if row_seeds is not None else [seed + r for r in range(len(rows))]
@@ -158,6 +161,7 @@ def decode(model: Any, tokenizer: Any, rows: Sequence[Sequence[int]], gen: GenSe
     text_of = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
     for _ in range(gen.max_new_tokens):
         tok = _pick(logits, gen, rngs).cpu()
+        synchronize(model.device)
         stamps.append(time.perf_counter())
         keep = []
         for j, row in enumerate(live):

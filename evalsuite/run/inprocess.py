@@ -66,7 +66,8 @@ class InProcessBackend:
 
     def settings(self) -> dict[str, Any]:
         return {"backend": "in-process", "compute_dtype": self.loaded.dtype,
-                "max_batch_tokens": self.max_batch_tokens, "weight_kernels": self.kernels}
+                "device": self.loaded.meta.get("device", "cpu"), "max_batch_tokens": self.max_batch_tokens,
+                "weight_kernels": self.kernels}
 
     @property
     def loaded(self) -> LoadedModel:
@@ -180,10 +181,12 @@ def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> floa
     cfg = variant.model.config
     cache = variant.make_cache() or DynamicCache(config=cfg)
     layers, heads, dim = model_dims(cfg)
-    dtype = {2: torch.bfloat16, 4: torch.float32}.get(variant.float_bytes, next(variant.model.parameters()).dtype)
-    gen = torch.Generator().manual_seed(0)
+    param = next(variant.model.parameters())
+    dtype = {2: torch.bfloat16, 4: torch.float32}.get(variant.float_bytes, param.dtype)
+    gen = torch.Generator().manual_seed(0)  # drawn on the CPU, then moved: the same values on every device
     for n in (tokens, 1):
         for i in range(layers):
-            k, v = (torch.randn(1, heads, n, dim, generator=gen).to(dtype) for _ in range(2))
+            k, v = (torch.randn(1, heads, n, dim, generator=gen).to(device=param.device, dtype=dtype)
+                    for _ in range(2))
             cache.update(k, v, i)
     return cache_nbytes(cache) / (tokens + 1)

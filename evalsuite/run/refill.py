@@ -28,6 +28,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from evalsuite.models.device import synchronize
 from evalsuite.run.growcache import grow_cache
 from evalsuite.run.engine import Decoded, Prefix, _pick, _plain_dynamic, _stopped, prefill
 from evalsuite.tasks.base import GenSettings
@@ -135,12 +136,14 @@ def _loop(model: Any, tokenizer: Any, ids: Sequence[Sequence[int]], gen: GenSett
     text_of: Callable[[list[int]], str] = lambda x: tokenizer.decode(x, skip_special_tokens=True)  # noqa: E731
     while pending or len(pool):
         if pending and (not len(pool) or max_rows - len(pool) >= min(admit_at, len(pending))):
+            synchronize(model.device)
             t0 = time.perf_counter()
             for r in _admit(model, pool, pending, ids, prefix, tokenizer.pad_token_id, max_rows, max_tokens):
                 out[r].stamps.append(t0)
                 if gen.temperature > 0:
                     rngs[r] = torch.Generator().manual_seed(int(seeds[r]))
         tok = _pick(pool.logits, gen, [rngs[r] for r in pool.rows] if rngs else None).cpu()
+        synchronize(model.device)
         now = time.perf_counter()
         keep = []
         for j, r in enumerate(pool.rows):

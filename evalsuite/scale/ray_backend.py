@@ -67,6 +67,22 @@ def _init_ray(ray: Any, address: str, num_cpus: int | None) -> bool:
     return True
 
 
+def worker_factory(factory: Callable[[], LoadedModel]) -> tuple[Callable[[], LoadedModel], int]:
+    """(the factory a Ray task loads with, GPUs it asks for). A factory whose ``device`` resolves to CUDA here
+    asks Ray for one GPU per task and loads on ``cuda``: Ray shows a task only the GPU it assigned (as cuda:0).
+    Otherwise no GPU is asked for, and Ray hides every GPU from the task (``auto`` is then the CPU there)."""
+    from dataclasses import replace
+
+    device = getattr(factory, "device", None)
+    if device is None:
+        return factory, 0
+    from evalsuite.models.device import resolve_device
+
+    if resolve_device(device).type != "cuda":
+        return factory, 0
+    return replace(factory, device="cuda"), 1  # type: ignore[type-var]
+
+
 @dataclass
 class RayBackend:
     """Backend that runs ``InProcessBackend`` shards on Ray (a local instance, or ``address``)."""
@@ -99,9 +115,10 @@ class RayBackend:
                 raise EvalsuiteError("--ray needs ray: pip install 'evalsuite[ray]'") from None
             self._ray = ray
             self._started = _init_ray(ray, self.address, self.num_cpus)
-            opts = dict(num_cpus=1, max_retries=self.max_retries, retry_exceptions=False)
+            factory, gpus = worker_factory(self.factory)
+            opts = dict(num_cpus=1, num_gpus=gpus, max_retries=self.max_retries, retry_exceptions=False)
             self._remote = ray.remote(**opts)(run_shard)
-            self._refs["factory"] = ray.put(self.factory)
+            self._refs["factory"] = ray.put(factory)
         return self._remote.remote(self._refs["factory"], self.seed, self.max_batch_tokens, *args)
 
     def load(self) -> ModelIdentity:

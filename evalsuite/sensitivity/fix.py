@@ -83,7 +83,8 @@ def greedy_fix(measurer: Measurer, spec: VariantSpec, sens: Sensitivity, qunits:
 
 
 def gate_variants(variants: list[str], tasks: list[str], limit: int, seed: int, params: tuple[str, ...],
-                  model: str, dtype: str, out: Path, policy: Path | None) -> tuple[dict[str, str], Path]:
+                  model: str, dtype: str, out: Path, policy: Path | None, device: str = "auto"
+                  ) -> tuple[dict[str, str], Path]:
     """Run ``evalsuite run`` on the baseline and ``variants`` in a subprocess; the verdict of each variant."""
     from evalsuite.gate.store_gate import gate_store
     from evalsuite.run.store import Store
@@ -91,6 +92,7 @@ def gate_variants(variants: list[str], tasks: list[str], limit: int, seed: int, 
     run_id = "gate"
     cmd = [sys.executable, "-c", "from evalsuite.cli import main; main()", "run", "--variants", ",".join(variants),
            "--tasks", ",".join(tasks), "--limit", str(limit), "--seed", str(seed), "--model", model, "--dtype", dtype,
+           "--device", device,
            "--out", str(out), "--run-id", run_id, "--quiet", "--no-gate"]
     for p in params:
         cmd += ["--param", p]

@@ -68,7 +68,8 @@ def single_pass(model: Any, batch: Batch, start: int = 0, hidden: list[torch.Ten
                 capture: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Answer log-probs of one forward (from layer ``start`` fed ``hidden[start]``); with ``capture`` also the
     input of every decoder layer (the baseline's, kept for later passes)."""
-    ids, mask, pos = batch.single()
+    dev = model.device
+    ids, mask, pos = (t.to(dev) for t in batch.single())
     a = max(batch.answer_lens)
     kept: list[torch.Tensor] = []
     hooks = []
@@ -102,8 +103,8 @@ class PromptState:
 def prompt_prefill(model: Any, batch: Batch) -> PromptState:
     """Prefill the left-padded prompts in a DynamicCache (full precision)."""
     n = max(len(p) for p in batch.prompts)
-    ids = torch.tensor([[batch.pad_id] * (n - len(p)) + p for p in batch.prompts])
-    mask = torch.tensor([[0] * (n - len(p)) + [1] * len(p) for p in batch.prompts])
+    ids = torch.tensor([[batch.pad_id] * (n - len(p)) + p for p in batch.prompts], device=model.device)
+    mask = torch.tensor([[0] * (n - len(p)) + [1] * len(p) for p in batch.prompts], device=model.device)
     pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     cache = DynamicCache(config=model.config)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1)
@@ -117,12 +118,12 @@ def chunked_pass(model: Any, batch: Batch, state: PromptState, cache: Any) -> to
     cache = cache if cache is not None else DynamicCache(config=model.config)
     for i, (k, v) in enumerate(state.kv):
         cache.update(k, v, i)
-    ids, amask = batch.answer_chunk()
+    ids, amask = (t.to(state.mask.device) for t in batch.answer_chunk())
     first = state.last[:, None, :]
     if ids.shape[1] <= 1:
         return F.log_softmax(first, dim=-1)
     full = torch.cat([state.mask, amask], dim=1)
-    pos = state.mask.sum(-1, keepdim=True) + torch.arange(ids.shape[1]).unsqueeze(0)
+    pos = state.mask.sum(-1, keepdim=True) + torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
     out = model(input_ids=ids[:, :-1], attention_mask=full[:, :-1], position_ids=pos[:, :-1], cache=cache,
                 use_cache=True)
     return F.log_softmax(torch.cat([first, out.logits.float()], dim=1), dim=-1)

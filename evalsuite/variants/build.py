@@ -77,15 +77,17 @@ def build_variant(base: LoadedModel, spec: VariantSpec, kernels: str = "quanto")
 
 
 def build_artifact(base: LoadedModel, spec: VariantSpec) -> BuiltVariant:
-    """Load a ``ckpt:`` artifact at the baseline's dtype after checking it pairs with the baseline (same tokenizer,
-    special tokens, chat template and logit width); its bytes and fingerprint are the artifact's own."""
+    """Load a ``ckpt:`` artifact at the baseline's dtype, on the baseline's device, after checking it pairs with the
+    baseline (same tokenizer, special tokens, chat template and logit width); its bytes and fingerprint are the
+    artifact's own."""
     from evalsuite.errors import EvalsuiteError
+    from evalsuite.models.device import model_device
     from evalsuite.models.loader import load_pretrained
     from evalsuite.variants.artifact import artifact_bytes, artifact_fingerprint, check_pairing
 
     path = str(spec.artifact)
     check_pairing(base.tokenizer, path, spec.name)
-    model, _, source = load_pretrained(path, base.dtype)
+    model, _, source = load_pretrained(path, base.dtype, model_device(base.model))
     model.eval()
     got, want = model.config.vocab_size, base.model.config.vocab_size
     if got != want:

@@ -28,9 +28,25 @@ def test_manifest_records_what_changes_outputs(pinned):
     _, folder, _ = pinned
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["run"] == {"batch_size": 4, "backend": "in-process", "compute_dtype": "bfloat16",
-                               "max_batch_tokens": 24576}
+                               "device": "cpu", "max_batch_tokens": 24576}
     assert set(manifest["libraries"]) >= {"torch", "transformers", "optimum-quanto", "evalsuite"}
     assert set(manifest["tasks"]["copy"]) >= {"version", "params", "gen_settings", "seed", "sample_hashes"}
+
+
+def test_manifest_from_before_device_counts_as_cpu(pinned):
+    """A manifest written before the device was recorded ran on the CPU: reused there, refused on a GPU."""
+    import json
+
+    from evalsuite.run.baselines import mismatch_reason, run_key
+
+    _, folder, store = pinned
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["run"].pop("device")
+    task = prepared(n=4)[0]
+    settings = store.meta()["settings"]
+    assert mismatch_reason(manifest, task, 1234, run_key(4, settings)) is None
+    reason = mismatch_reason(manifest, task, 1234, run_key(4, {**settings, "device": "cuda:0"}))
+    assert reason == "device differs (stored 'cpu', now 'cuda:0')"
 
 
 def test_matching_baseline_is_reused_not_regenerated(tiny, tmp_path, pinned):
