@@ -157,8 +157,8 @@ class InProcessBackend:
         """(log-probs [batch, answer_len, vocab], answer ids) of the baseline teacher-forced on ``answers``, cached
         as ``kld`` caches them (a served variant's KLD compares against these)."""
         ids = tuple(task.samples[i].id for i in indices)
-        return baseline_answer_logprobs(self.loaded.model, self.loaded.tokenizer, [self.prompts(task)[i] for i in
-                                                                                  indices], list(answers),
+        prompts = [self.prompts(task)[i] for i in indices]
+        return baseline_answer_logprobs(self.loaded.model, self.loaded.tokenizer, prompts, list(answers),
                                         self._base_lp, (task.name, ids), prefix_len=self.prefix_len(task))
 
     def info(self, variant: VariantSpec, name: str) -> VariantInfo:
