@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evalsuite.errors import EvalsuiteError
 from evalsuite.run.backend import Backend
 from evalsuite.run.config import RunConfig
 
 
 def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = None) -> Backend:
-    """An endpoint backend for an ``openai:`` model, Ray fan-out with ``--ray``, else in-process.
+    """An endpoint backend for an ``openai:`` model, Ray fan-out with ``--ray``, else in-process (mixed with
+    served variants when any variant is ``openai:``).
 
     Constructing a backend loads nothing: the model loads (or servers are probed) when the run starts."""
     from evalsuite.models.loader import ModelFactory
@@ -18,15 +20,21 @@ def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = Non
 
         return EndpointBackend(config.model, workdir=run_dir, seed=config.seed, top_k=5 if config.kld else 0)
     factory = ModelFactory(config.model, config.dtype, config.device)
+    served = any(isinstance(v, str) and v.strip().lower().startswith("openai:") for v in config.variants)
     if ray_address is not None:
+        if served:
+            raise EvalsuiteError("served (openai:) variants run next to an in-process baseline, not with --ray")
         from evalsuite.scale.ray_backend import RayBackend
 
         if config.weight_kernels != "dequantized":
-            from evalsuite.errors import EvalsuiteError
-
             raise EvalsuiteError("--weight-kernels quanto is not available with --ray (workers run dequantized)")
         return RayBackend(factory, address=ray_address, seed=config.seed, max_batch_tokens=config.max_batch_tokens)
     from evalsuite.run.inprocess import InProcessBackend
 
-    return InProcessBackend(loader=factory, seed=config.seed, max_batch_tokens=config.max_batch_tokens,
-                            kernels=config.weight_kernels)
+    local = InProcessBackend(loader=factory, seed=config.seed, max_batch_tokens=config.max_batch_tokens,
+                             kernels=config.weight_kernels)
+    if served:
+        from evalsuite.scale.mixed_backend import MixedBackend
+
+        return MixedBackend(local, workdir=run_dir, seed=config.seed, top_k=5 if config.kld else 0)
+    return local

@@ -47,7 +47,8 @@ def report_model(store: Store, gated: GatedRun) -> ReportModel:
         model={"name": meta.get("model_name"), "fingerprint": meta.get("fingerprint"), "dtype": meta.get("dtype")},
         baseline=gated.baseline, gate=gated.gate, variants=[infos[n] for n in names if n in infos],
         stats=gated.stats, needle_grid=needle_grid(needle_rows), flips=flips[:MAX_FLIPS],
-        tasks=dict(meta.get("task_versions", {})), noise_floor=gated.noise, policy=gated.policy.to_dict())
+        tasks=dict(meta.get("task_versions", {})), noise_floor=gated.noise, policy=gated.policy.to_dict(),
+        kld_method={"run": meta.get("kld_method"), "rows": store.kld_methods()})
 
 
 def write_report(store: Store, gated: GatedRun, out_root: Path) -> Path:

@@ -96,6 +96,16 @@ def _memory_rows(r: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def _kld_method_lines(r: dict[str, Any]) -> list[str]:
+    """How KLD was measured: the run's method, and per variant the method of its rows when they say."""
+    km = r.get("kld_method") or {}
+    rows = {v: c for v, c in (km.get("rows") or {}).items() if any(c)}
+    out = ["", f"KLD method: {_cell(km['run'])}"] if km.get("run") else []
+    out += [f"- {_cell(v)}: " + ", ".join(f"{m or 'as above'} ({n} rows)" for m, n in sorted(c.items()))
+            for v, c in sorted(rows.items())]
+    return out
+
+
 def render_markdown(report: dict[str, Any], max_reasons: int = 10) -> str:
     """The Markdown summary (GitHub-flavoured tables)."""
     r = check_report(report)
@@ -111,6 +121,7 @@ def render_markdown(report: dict[str, Any], max_reasons: int = 10) -> str:
     if hidden:
         out += ["", f"{len(hidden)} more slice rows (n below the policy's min_samples, or one sample per slice) "
                     "are in results.json and index.html."]
+    out += _kld_method_lines(r)
     out += ["", *_metric_tables(r), "## Memory and speed", ""]
     out += _table(["variant", "verdict", "weights", "KV B/token", "TTFT", "ITL"], _memory_rows(r))
     reasons = ordered_reasons(r["checks"], max_reasons)

@@ -68,6 +68,7 @@ class ReportModel:
     tasks: dict[str, str] = field(default_factory=dict)
     noise_floor: list[PairedStats] | None = None
     policy: dict[str, Any] | None = None
+    kld_method: dict[str, Any] | None = None  # {"run": description, "rows": {variant: {method code: rows}}}
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -78,7 +79,7 @@ class ReportModel:
                          for v in self.variants],
             "stats": [s.to_dict() for s in self.stats], "checks": [c.to_dict() for c in self.gate.checks],
             "needle_grid": self.needle_grid, "flips": [f.to_dict() for f in self.flips], "tasks": dict(self.tasks),
-            "policy": self.policy}
+            "policy": self.policy, "kld_method": self.kld_method}
         if self.noise_floor is not None:
             d["noise_floor"] = [s.to_dict() for s in self.noise_floor]
         return d
@@ -95,7 +96,8 @@ def check_report(report: dict[str, Any]) -> dict[str, Any]:
         raise EvalsuiteError(f"report schema_version {report['schema_version']!r} is not one of "
                              f"{', '.join(map(str, READABLE_VERSIONS))}")
     out = dict(report)
-    for key, empty in (("needle_grid", {}), ("flips", []), ("tasks", {}), ("noise_floor", None), ("policy", None)):
+    for key, empty in (("needle_grid", {}), ("flips", []), ("tasks", {}), ("noise_floor", None), ("policy", None),
+                       ("kld_method", None)):
         out.setdefault(key, empty)
     out["stats"] = [{"metrics": {}, **s} for s in out["stats"]]
     out["checks"] = [{"n": 0, "more_needed": None, **c} for c in out["checks"]]

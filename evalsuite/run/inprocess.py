@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
 from evalsuite.run.generate import iter_generate, shared_prefix_len
-from evalsuite.run.kld import BaselineLogprobCache, teacher_forced_kld
+from evalsuite.run.kld import BaselineLogprobCache, baseline_answer_logprobs, teacher_forced_kld
 from evalsuite.run.prepare import PreparedTask, prepare_variants
 from evalsuite.run.prompts import render_prompt
 from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
@@ -55,7 +55,7 @@ class InProcessBackend:
         specs = prepare_variants(list(requested))
         for spec in specs:
             if spec.artifact is not None:
-                check_pairing(self._tokenizer_only(), spec.artifact, spec.name)
+                check_pairing(self.tokenizer_only(), spec.artifact, spec.name)
         return specs
 
     def load(self) -> ModelIdentity:
@@ -95,7 +95,8 @@ class InProcessBackend:
         return TaskContext(count_tokens=self._count_tokens, max_positions=self._max_positions,
                            model_name=getattr(self.loader, "name", None) or "the model")
 
-    def _tokenizer_only(self) -> Any:
+    def tokenizer_only(self) -> Any:
+        """The baseline's tokenizer, without loading the model when the loader can give it alone."""
         if self.base is not None:
             return self.base.tokenizer
         if self._tokenizer is None:
@@ -103,7 +104,7 @@ class InProcessBackend:
         return self._tokenizer
 
     def _count_tokens(self, sample: Sample) -> int:
-        tok = self._tokenizer_only()
+        tok = self.tokenizer_only()
         text, special = render_prompt(sample, tok)
         return len(tok(text, add_special_tokens=special)["input_ids"])
 
@@ -153,6 +154,14 @@ class InProcessBackend:
                                      built.make_cache, self._base_lp, (task.name, tuple(ids)),
                                      prefix_len=self.prefix_len(task))
             yield [KLDResult(name, task.name, sid, tuple(k), a, n) for sid, (k, a, n) in zip(ids, res)]
+
+    def baseline_logprobs(self, task: PreparedTask, indices: Sequence[int], answers: Sequence[str]) -> Any:
+        """(log-probs [batch, answer_len, vocab], answer ids) of the baseline teacher-forced on ``answers``, cached
+        as ``kld`` caches them (a served variant's KLD compares against these)."""
+        ids = tuple(task.samples[i].id for i in indices)
+        prompts = [self.prompts(task)[i] for i in indices]
+        return baseline_answer_logprobs(self.loaded.model, self.loaded.tokenizer, prompts, list(answers),
+                                        self._base_lp, (task.name, ids), prefix_len=self.prefix_len(task))
 
     def info(self, variant: VariantSpec, name: str) -> VariantInfo:
         from evalsuite.kvcache import kv_bytes_per_token

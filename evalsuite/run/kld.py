@@ -95,6 +95,43 @@ class BaselineLogprobCache:
         return value.to(torch.bfloat16).float()
 
 
+def encode_answers(tokenizer: Any, answers: Sequence[str]) -> Any:
+    """The answers as teacher-forced (right-padded ids + mask, no special tokens; an empty answer is EOS)."""
+    saved = tokenizer.padding_side
+    tokenizer.padding_side = "right"
+    try:
+        return tokenizer([a if a else tokenizer.eos_token for a in answers], return_tensors="pt", padding=True,
+                         add_special_tokens=False)
+    finally:
+        tokenizer.padding_side = saved
+
+
+def _baseline_pass(base_model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]], ans: Any,
+                   cache: BaselineLogprobCache, cache_key: Any, prefix_len: int) -> tuple[torch.Tensor, tuple]:
+    """The baseline's answer log-probs (cached under ``cache_key``) and the (rows, head, args) a variant reuses."""
+    ids = encode_prompts(tokenizer, prompts)
+    rows = [x[prefix_len:] for x in ids]
+    args = (tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
+    head = ids[0][:prefix_len]
+    keep = (lambda kv: cache.keep_prompt(cache_key, kv)) if cache_key is not None else None  # noqa: E731
+    base_lp = cache.get(cache_key, lambda: _chunked_logprobs(base_model, rows, encode_prefix(base_model, head),
+                                                               None, *args, keep))
+    return base_lp, (rows, head, args)
+
+
+@torch.no_grad()
+def baseline_answer_logprobs(base_model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]],
+                             answers: Sequence[str], base_cache: BaselineLogprobCache | None = None,
+                             cache_key: Any = None, prefix_len: int = 0) -> tuple[torch.Tensor, list[list[int]]]:
+    """The baseline's full-vocabulary log-probs [batch, answer_len, vocab] at each answer token (bf16-rounded, as
+    ``teacher_forced_kld`` compares them) and each answer's token ids (unpadded)."""
+    ans = encode_answers(tokenizer, answers)
+    cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0, 0)
+    base_lp, _ = _baseline_pass(base_model, tokenizer, prompts, ans, cache, cache_key, prefix_len)
+    ids = [row[:int(m.sum())].tolist() for row, m in zip(ans["input_ids"], ans["attention_mask"])]
+    return base_lp, ids
+
+
 @torch.no_grad()
 def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]],
                        answers: Sequence[str], make_cache: Callable[[], Any] | None = None,
@@ -104,21 +141,10 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
 
     With ``base_cache`` and ``cache_key`` the baseline's log-probs of this batch are computed once and reused.
     ``prefix_len`` tokens shared by every prompt are encoded once per model and batch, as the decoder does."""
-    ids = encode_prompts(tokenizer, prompts)
-    rows = [x[prefix_len:] for x in ids]
-    saved = tokenizer.padding_side
-    tokenizer.padding_side = "right"
-    try:
-        ans = tokenizer([a if a else tokenizer.eos_token for a in answers], return_tensors="pt", padding=True,
-                        add_special_tokens=False)
-    finally:
-        tokenizer.padding_side = saved
-    args = (tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
-    head = ids[0][:prefix_len]
+    ans = encode_answers(tokenizer, answers)
     cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0, 0)
-    keep = (lambda kv: cache.keep_prompt(cache_key, kv)) if cache_key is not None else None  # noqa: E731
-    base_lp = cache.get(cache_key, lambda: _chunked_logprobs(base_model, rows, encode_prefix(base_model, head),
-                                                               None, *args, keep))
+    base_lp, (rows, head, args) = _baseline_pass(base_model, tokenizer, prompts, ans, cache, cache_key,
+                                                 prefix_len)
     var_cache = make_cache() if make_cache else None
     if var_model is base_model and exact_prefill(var_cache) and cache_key in cache.prompts:
         var_lp = _from_snapshot(var_model, cache.prompts[cache_key], var_cache, *args[1:])

@@ -43,6 +43,7 @@ class KLDResult:
     token_kld: tuple[float, ...]  # KL(baseline || variant) per answer token
     top1_agree: int  # answer tokens where argmax matches
     n_tokens: int
+    method: str = ""  # how this row was measured (a short code); "" = the run's ``kld_method``
 
     @property
     def mean(self) -> float:

@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS samples (
   metrics TEXT, outputs TEXT, created REAL, PRIMARY KEY (variant, task, sample_id));
 CREATE TABLE IF NOT EXISTS kld (
   variant TEXT, task TEXT, sample_id TEXT, token_kld TEXT, top1_agree INTEGER, n_tokens INTEGER,
-  PRIMARY KEY (variant, task, sample_id));
+  method TEXT DEFAULT '', PRIMARY KEY (variant, task, sample_id));
 """
 _SAMPLE_COLS = ("variant", "task", "task_version", "sample_id", "prompt_hash", "prompt", "output", "score",
                 "extracted", "reason", "metadata", "n_tokens", "ttft_s", "itl_s", "metrics", "outputs")
@@ -38,6 +38,10 @@ class Store:
         self.conn = sqlite3.connect(self.path)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.executescript(_SCHEMA)
+        cols = {r[1] for r in self.conn.execute("PRAGMA table_info(kld)")}
+        if "method" not in cols:  # a store written before rows recorded their KLD method
+            with self.conn:
+                self.conn.execute("ALTER TABLE kld ADD COLUMN method TEXT DEFAULT ''")
 
     @classmethod
     def create(cls, run_dir: Path, config: dict[str, Any]) -> "Store":
@@ -118,20 +122,27 @@ class Store:
     # -- kld --------------------------------------------------------------------------------------------
     def put_kld(self, results: Iterable[KLDResult]) -> None:
         rows = [(r.variant, r.task, r.sample_id, json.dumps([round(x, 6) for x in r.token_kld]), r.top1_agree,
-                 r.n_tokens) for r in results]
+                 r.n_tokens, r.method) for r in results]
         with self.conn:
-            self.conn.executemany("INSERT INTO kld VALUES (?, ?, ?, ?, ?, ?)", rows)
+            self.conn.executemany("INSERT INTO kld VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
     def kld_done(self, variant: str, task: str) -> set[str]:
         rows = self.conn.execute("SELECT sample_id FROM kld WHERE variant=? AND task=?", (variant, task))
         return {r[0] for r in rows}
 
     def kld(self, variant: str | None = None) -> list[KLDResult]:
-        sql, args = "SELECT variant, task, sample_id, token_kld, top1_agree, n_tokens FROM kld", []
+        sql, args = "SELECT variant, task, sample_id, token_kld, top1_agree, n_tokens, method FROM kld", []
         if variant is not None:
             sql, args = sql + " WHERE variant=?", [variant]
-        return [KLDResult(v, t, s, tuple(json.loads(k)), a, n) for v, t, s, k, a, n in
+        return [KLDResult(v, t, s, tuple(json.loads(k)), a, n, m or "") for v, t, s, k, a, n, m in
                 self.conn.execute(sql + " ORDER BY variant, task, sample_id", args)]
+
+    def kld_methods(self) -> dict[str, dict[str, int]]:
+        """Per variant: how many KLD rows each method measured ("" = the run's ``kld_method``)."""
+        out: dict[str, dict[str, int]] = {}
+        for v, m, n in self.conn.execute("SELECT variant, method, COUNT(*) FROM kld GROUP BY variant, method"):
+            out.setdefault(v, {})[m or ""] = n
+        return out
 
 
 def _variant_info(d: dict[str, Any]) -> VariantInfo:

@@ -114,6 +114,38 @@ class EndpointClient:
                 time.sleep(self.backoff_s * 2 ** attempt)
         raise EvalsuiteError(f"endpoint {self.spec.url}{path} failed after {self.retries + 1} tries: {last}")
 
+    def tokenize(self, text: str) -> list[int] | None:
+        """The server's token ids for ``text`` (llama-cpp-python ``/extras/tokenize``, vLLM ``/tokenize``,
+        llama.cpp ``/tokenize``), or None when it has no such endpoint."""
+        root = self.spec.url[:-3] if self.spec.url.endswith("/v1") else self.spec.url
+        tries = [("/extras/tokenize", {"input": text}), ("/tokenize", {"prompt": text, "model": self.served_model,
+                                                                      "add_special_tokens": False}),
+                 ("/tokenize", {"content": text, "add_special": False, "parse_special": True})]
+        for path, body in tries:
+            try:
+                r = requests.post(root + path, json=body, timeout=30)
+                tokens = r.json().get("tokens") if r.ok else None
+            except (requests.RequestException, ValueError, AttributeError):
+                tokens = None
+            if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens):
+                return tokens
+        return None
+
+    def echo(self, prompt: str, top_k: int) -> tuple[tuple[tuple[str, float, tuple[tuple[str, float], ...]],
+                                                             ...], int]:
+        """``prompt`` echoed with its per-token log-probs (one token generated: ``max_tokens: 0`` means no limit
+        on llama.cpp); returns (entries, tokens generated after the prompt)."""
+        body: dict[str, Any] = {"prompt": prompt, "echo": True, "logprobs": top_k, "max_tokens": 1,
+                                "temperature": 0.0}
+        if self.served_model:
+            body["model"] = self.served_model
+        out = self.post("/completions", body)
+        choice = (out.get("choices") or [{}])[0]
+        used = (out.get("usage") or {}).get("completion_tokens")
+        text = choice.get("text") or ""
+        generated = int(used) if used is not None else int(text.startswith(prompt) and len(text) > len(prompt))
+        return parse_logprobs(choice.get("logprobs")), generated
+
     def generate_one(self, sample: Sample, gen: GenSettings, top_k: int = 0, seed: int = 0) -> EndpointGeneration:
         """One sample: chat when it has messages, completion when it has a raw prompt."""
         body: dict[str, Any] = {"max_tokens": gen.max_new_tokens, "temperature": gen.temperature, "seed": seed}
