@@ -15,10 +15,12 @@ whole prompt through itself (no prefix reuse), so the prompt's attention reads q
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -28,6 +30,18 @@ from evalsuite.models.device import synchronize
 from evalsuite.tasks.base import GenSettings
 
 MIN_PREFIX = 8  # shorter common prefixes are not worth a separate forward
+#: called by ``prefill`` with (prefix, rows, full-precision DynamicCache, last logits, mask) of every exact prefill
+_OBSERVER: ContextVar[Callable[..., None] | None] = ContextVar("evalsuite_prefill_observer", default=None)
+
+
+@contextlib.contextmanager
+def observe_prefills(observer: Callable[..., None] | None) -> Iterator[None]:
+    """Within the block, every exact prefill also hands its prompt K/V to ``observer`` (see ``run.snapshots``)."""
+    token = _OBSERVER.set(observer)
+    try:
+        yield
+    finally:
+        _OBSERVER.reset(token)
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,9 @@ def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, ca
         ids, ids_pos = torch.cat([head, own], dim=-1), pos
     out = model(input_ids=ids, attention_mask=mask, position_ids=ids_pos, cache=work, use_cache=True,
                 **_last_logits_only(model))
+    observer = _OBSERVER.get()
+    if transfer and observer is not None:
+        observer(prefix, rows, work, out.logits[:, -1, :], mask)
     if transfer and cache is not None:
         for i, layer in enumerate(work.layers):
             cache.update(layer.keys, layer.values, i)

@@ -13,12 +13,14 @@ from typing import Any, Callable, Iterator, Sequence
 
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
-from evalsuite.run.generate import iter_generate, shared_prefix_len
+from evalsuite.run.engine import observe_prefills
+from evalsuite.run.generate import encode_prompts, iter_generate, shared_prefix_len
 from evalsuite.run.kld import BaselineLogprobCache, baseline_answer_logprobs, teacher_forced_kld
 from evalsuite.run.prepare import PreparedTask, prepare_variants
 from evalsuite.run.prompts import render_prompt
 from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.run.scoring import row_seed, score_sample
+from evalsuite.run.snapshots import PromptSnapshots
 from evalsuite.variants.build import BuiltVariant, build_variant
 from evalsuite.tasks.base import Sample, TaskContext
 from evalsuite.variants.spec import VariantSpec
@@ -35,6 +37,8 @@ class InProcessBackend:
     max_batch_tokens: int = 24576
     max_built: int | None = None  # keep at most this many built variants (a Ray worker keeps one)
     kernels: str = "dequantized"  # weight-only variants: quanto's values unpacked once (variants.build.KERNELS)
+    #: a variant's own prompt K/V kept from its generation for its KLD pass (``run.snapshots``; 0 = off)
+    snapshot_bytes: int = 2 << 30
     kld_method: str = KLD_METHOD
     base: LoadedModel | None = None
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
@@ -42,6 +46,7 @@ class InProcessBackend:
     _prompts: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
     _prefix: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (samples seen, prefix tokens)
     _base_lp: BaselineLogprobCache = field(default_factory=BaselineLogprobCache)
+    snapshots: PromptSnapshots = field(default_factory=lambda: PromptSnapshots(0))
 
     @classmethod
     def of(cls, base: LoadedModel, **kw: Any) -> "InProcessBackend":
@@ -86,6 +91,7 @@ class InProcessBackend:
 
     def release(self, variant: VariantSpec) -> None:
         self._built.pop(variant.name, None)
+        self.snapshots.clear()
 
     def close(self) -> None:
         self._built.clear()
@@ -137,11 +143,14 @@ class InProcessBackend:
                                 built.make_cache, max_batch=batch_size * n, max_tokens=self.max_batch_tokens,
                                 seed=self.seed, prefix_len=self.prefix_len(task), row_seeds=seeds,
                                 group=n)
-        for idx, gens in batches:
-            by_sample: dict[int, list[Any]] = {}
-            for r, g in zip(idx, gens):
-                by_sample.setdefault(rows[r], []).append(g)
-            yield [score_sample(task, i, gs, name, prompts[i][0]) for i, gs in by_sample.items()]
+        self.snapshots = PromptSnapshots(self.snapshot_bytes, owner=name)  # the previous generation's are dropped
+        own_weights = built.model is not self.loaded.model and self.snapshot_bytes > 0
+        with observe_prefills(self.snapshots.observe if own_weights else None):
+            for idx, gens in batches:
+                by_sample: dict[int, list[Any]] = {}
+                for r, g in zip(idx, gens):
+                    by_sample.setdefault(rows[r], []).append(g)
+                yield [score_sample(task, i, gs, name, prompts[i][0]) for i, gs in by_sample.items()]
 
     def kld(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
             answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
@@ -149,10 +158,12 @@ class InProcessBackend:
         for start in range(0, len(indices), batch_size):
             chunk = list(indices[start:start + batch_size])
             ids = [task.samples[i].id for i in chunk]
+            keys = [tuple(x) for x in encode_prompts(self.loaded.tokenizer, [prompts[i] for i in chunk])]
+            snap = self.snapshots.take(keys) if self.snapshots.owner == name else None
             res = teacher_forced_kld(self.loaded.model, built.model, self.loaded.tokenizer,
                                      [prompts[i] for i in chunk], list(answers[start:start + batch_size]),
                                      built.make_cache, self._base_lp, (task.name, tuple(ids)),
-                                     prefix_len=self.prefix_len(task))
+                                     prefix_len=self.prefix_len(task), var_snapshot=snap)
             yield [KLDResult(name, task.name, sid, tuple(k), a, n) for sid, (k, a, n) in zip(ids, res)]
 
     def baseline_logprobs(self, task: PreparedTask, indices: Sequence[int], answers: Sequence[str]) -> Any:

@@ -136,17 +136,22 @@ def baseline_answer_logprobs(base_model: Any, tokenizer: Any, prompts: Sequence[
 def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]],
                        answers: Sequence[str], make_cache: Callable[[], Any] | None = None,
                        base_cache: BaselineLogprobCache | None = None, cache_key: Any = None,
-                       prefix_len: int = 0) -> list[tuple[list[float], int, int]]:
+                       prefix_len: int = 0, var_snapshot: PromptKV | None = None
+                       ) -> list[tuple[list[float], int, int]]:
     """Per sample: (KL(base || variant) per answer token, top-1 agreements, answer tokens) for one batch.
 
     With ``base_cache`` and ``cache_key`` the baseline's log-probs of this batch are computed once and reused.
-    ``prefix_len`` tokens shared by every prompt are encoded once per model and batch, as the decoder does."""
+    ``prefix_len`` tokens shared by every prompt are encoded once per model and batch, as the decoder does.
+    ``var_snapshot``: the variant's own prompt K/V, last logits and mask for this batch, kept from its generation
+    (``run.snapshots``); used instead of a prompt prefill when its cache takes an exact prefill."""
     ans = encode_answers(tokenizer, answers)
     cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0, 0)
     base_lp, (rows, head, args) = _baseline_pass(base_model, tokenizer, prompts, ans, cache, cache_key,
                                                  prefix_len)
     var_cache = make_cache() if make_cache else None
-    if var_model is base_model and exact_prefill(var_cache) and cache_key in cache.prompts:
+    if var_snapshot is not None and exact_prefill(var_cache):
+        var_lp = _from_snapshot(var_model, var_snapshot, var_cache, *args[1:])
+    elif var_model is base_model and exact_prefill(var_cache) and cache_key in cache.prompts:
         var_lp = _from_snapshot(var_model, cache.prompts[cache_key], var_cache, *args[1:])
     else:
         var_lp = _chunked_logprobs(var_model, rows, encode_prefix(var_model, head, var_cache), var_cache, *args)

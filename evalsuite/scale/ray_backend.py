@@ -32,7 +32,8 @@ def _worker_backend(factory: Callable[[], LoadedModel], seed: int, max_batch_tok
 
         torch.set_num_threads(1)
         _WORKER.clear()
-        _WORKER[key] = InProcessBackend(loader=factory, seed=seed, max_batch_tokens=max_batch_tokens, max_built=1)
+        _WORKER[key] = InProcessBackend(loader=factory, seed=seed, max_batch_tokens=max_batch_tokens, max_built=1,
+                                        snapshot_bytes=0)  # a shard's KLD may run on another worker
     return _WORKER[key]
 
 
