@@ -7,7 +7,9 @@ and the next round draws ``round_size`` more samples only for tasks some variant
 answers them; decided variants skip them). The run ends when nothing is undecided, when every undecided task hit
 ``max_samples`` (or its finite stream ended), or when the wall-clock budget is spent: no new (variant, task)
 starts and a generation in progress stops after its current batch, so a round can end partway (rounds go task by
-task through every variant, so the budget cuts all variants alike).
+task through every variant, so the budget cuts all variants alike). Each round takes the tasks cheapest first, by
+the seconds per sample measured so far (the first round in the configured order, which by default is cheapest
+first), so a budget cuts the expensive tasks and a failing variant is stopped on a cheap one.
 
 Why this keeps its error rates: the gate decides on anytime-valid confidence sequences (evalsuite.stats.sequential,
 docs/gate.md), valid at every n simultaneously, so looking after every round and stopping on a decision does not
@@ -46,6 +48,7 @@ class Rounds:
             runner.deadline = self.started + self.budget_s
         while True:
             n_round += 1
+            self.cheapest_first(runner)
             runner.round(variants, active, task_major=True)
             self._store(runner, n_round)
             if runner.out_of_time():
@@ -61,6 +64,13 @@ class Rounds:
                 break
         self._store(runner, n_round)
         self.log(f"sequential run: {n_round} round(s); stopped: {self.stop_reason}")
+
+    @staticmethod
+    def cheapest_first(runner: Any) -> None:
+        """Order the tasks by their measured cost per sample (tasks not measured yet keep their place, first),
+        so a budget cuts the expensive tasks and a failing variant is found on a cheap one."""
+        order = {t.name: i for i, t in enumerate(runner.tasks)}
+        runner.tasks.sort(key=lambda t: (runner.cost_per_sample(t.name) or 0.0, order[t.name]))
 
     def _still_open(self, runner: Any, variants: Sequence[VariantRef]) -> dict[str, set[str]]:
         """variant -> tasks the gate has not decided (and could decide with more samples)."""

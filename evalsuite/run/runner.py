@@ -35,6 +35,7 @@ class Runner:
     log: Callable[[str], None] = print
     baseline_source: Any = None  # evalsuite.run.baselines.BaselineSource, optional
     deadline: float | None = None  # time.monotonic() after which no new work starts (a sequential budget)
+    spent: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # task -> [seconds, samples] so far
 
     def run(self, variants: Sequence[VariantRef], rounds: Any = None) -> None:
         """Generate + score every (variant, task); KLD for every non-baseline variant. With ``rounds`` (an
@@ -135,13 +136,21 @@ class Runner:
             if not todo:
                 continue
             bar = tqdm(total=len(todo), desc=f"{name} · {task.name}", disable=not self.progress, leave=False)
+            started, cost = time.monotonic(), self.spent.setdefault(task.name, [0.0, 0])
             for rows in self.backend.generate(variant, name, task, todo, batch_size):
+                cost[0], cost[1] = cost[0] + time.monotonic() - started, cost[1] + len(rows)
+                started = time.monotonic()
                 done = self.store.done_ids(name, task.name)  # a retried shard may repeat stored rows
                 self.store.put_samples(r for r in rows if r.sample_id not in done)
                 bar.update(len(rows))
                 if self.out_of_time():
                     break  # what is stored stays; the rest of this round is not generated
             bar.close()
+
+    def cost_per_sample(self, task: str) -> float | None:
+        """Mean seconds one variant took to generate one sample of ``task`` in this process (None: not yet run)."""
+        seconds, samples = self.spent.get(task, (0.0, 0))
+        return seconds / samples if samples else None
 
     def kld(self, variant: VariantRef, name: str, baseline: str, batch_size: int,
             tasks: Sequence[PreparedTask] | None = None) -> None:

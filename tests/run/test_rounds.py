@@ -82,3 +82,28 @@ def test_bad_budget_is_one_line_error(value):
     with pytest.raises(EvalsuiteError, match="bad --budget"):
         parse_duration(value)
     assert parse_duration("10m") == 600 and parse_duration("90s") == 90 and parse_duration("2") == 2
+
+
+def test_rounds_take_the_cheapest_task_first(tiny, tmp_path):
+    from evalsuite.run.rounds import Rounds
+    from evalsuite.run.runner import Runner
+    from tests.conftest import prepared
+
+    long_task, short_task = type("Long", (CopyTask,), {"name": "long"}), type("Short", (CopyTask,), {"name": "short"})
+    long = prepared(long_task(), n=4, max_new_tokens=32, stop_at_newline=False)[0]
+    short = prepared(short_task(), n=4, max_new_tokens=1)[0]
+    config = RunConfig(model="tiny", variants=["bf16"], tasks=["long", "short"], batch_size=4)
+    runner = Runner(config, InProcessBackend.of(tiny), [long, short], Store.create(tmp_path / "r", config.to_dict()),
+                    progress=False, log=lambda s: None)
+    Rounds.cheapest_first(runner)
+    assert [t.name for t in runner.tasks] == ["long", "short"]  # nothing measured: the configured order
+    base = runner.backend.variants(["bf16"])[0]
+    runner.generate(base, "bf16", 4)
+    assert [runner.spent[t][1] for t in ("long", "short")] == [4, 4]  # seconds and samples measured per task
+    assert runner.cost_per_sample("long") > 0
+    runner.spent = {"long": [8.0, 4], "short": [1.0, 4]}  # (measured values vary; the order rule does not)
+    Rounds.cheapest_first(runner)
+    assert [t.name for t in runner.tasks] == ["short", "long"]
+    runner.spent = {"long": [1.0, 4], "short": [8.0, 4]}
+    Rounds.cheapest_first(runner)
+    assert [t.name for t in runner.tasks] == ["long", "short"]
