@@ -30,18 +30,23 @@ from evalsuite.models.device import synchronize
 from evalsuite.tasks.base import GenSettings
 
 MIN_PREFIX = 8  # shorter common prefixes are not worth a separate forward
-#: called by ``prefill`` with (prefix, rows, full-precision DynamicCache, last logits, mask) of every exact prefill
-_OBSERVER: ContextVar[Callable[..., None] | None] = ContextVar("evalsuite_prefill_observer", default=None)
+#: ``observer(prefix, rows, full-precision DynamicCache, last logits, mask)`` sees every exact prefill;
+#: ``provider(prefix, rows)`` may answer one instead, with (DynamicCache, last logits, mask) or None
+_HOOKS: ContextVar[tuple[Callable[..., None] | None, Callable[..., Any] | None]] = ContextVar(
+    "evalsuite_prefill_hooks", default=(None, None))
 
 
 @contextlib.contextmanager
-def observe_prefills(observer: Callable[..., None] | None) -> Iterator[None]:
-    """Within the block, every exact prefill also hands its prompt K/V to ``observer`` (see ``run.snapshots``)."""
-    token = _OBSERVER.set(observer)
+def observe_prefills(observer: Callable[..., None] | None = None,
+                     provider: Callable[..., Any] | None = None) -> Iterator[None]:
+    """Within the block every exact prefill hands its prompt K/V to ``observer``, and takes them from
+    ``provider`` when it has all of the batch's prompts (computed by a model with the same weights); see
+    ``run.snapshots``. Other prefills (quantized prefill, sliding-window layouts) are untouched."""
+    token = _HOOKS.set((observer, provider))
     try:
         yield
     finally:
-        _OBSERVER.reset(token)
+        _HOOKS.reset(token)
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,13 @@ def _last_logits_only(model: Any) -> dict[str, Any]:
 @torch.no_grad()
 def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, cache: Any, pad_id: int
             ) -> tuple[Any, torch.Tensor, torch.Tensor]:
-    """Run the prompts (each ``prefix.ids + row``); returns (cache, last-position logits, 2-D attention mask)."""
+    """Run the prompts (each ``prefix.ids + row``); returns (cache, last-position logits, 2-D attention mask).
+    An exact prefill may be answered by the ``observe_prefills`` provider instead of a forward."""
+    observer, provider = _HOOKS.get()
+    transfer = exact_prefill(cache) and _plain_dynamic(model)
+    given = provider(prefix, rows) if transfer and provider is not None else None
+    if given is not None:
+        return _transfer(given[0], cache), given[1], given[2]
     dev, b = model.device, len(rows)
     p = len(prefix.ids) if prefix else 0
     s = max(len(r) for r in rows)
@@ -123,7 +134,6 @@ def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, ca
     for i, r in enumerate(rows):
         mask[i, p : p + s - len(r)] = 0
     pos = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
-    transfer = exact_prefill(cache) and _plain_dynamic(model)
     work = DynamicCache(config=model.config) if transfer or cache is None else cache
     if prefix is not None and prefix.kv is not None and transfer:
         for i, (k, v) in enumerate(prefix.kv):
@@ -134,14 +144,19 @@ def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, ca
         ids, ids_pos = torch.cat([head, own], dim=-1), pos
     out = model(input_ids=ids, attention_mask=mask, position_ids=ids_pos, cache=work, use_cache=True,
                 **_last_logits_only(model))
-    observer = _OBSERVER.get()
     if transfer and observer is not None:
         observer(prefix, rows, work, out.logits[:, -1, :], mask)
-    if transfer and cache is not None:
-        for i, layer in enumerate(work.layers):
-            cache.update(layer.keys, layer.values, i)
-        work = cache
-    return work, out.logits[:, -1, :], mask
+    return (_transfer(work, cache) if transfer else work), out.logits[:, -1, :], mask
+
+
+def _transfer(work: DynamicCache, cache: Any) -> Any:
+    """The prompt's full-precision K/V written into ``cache`` with one update per layer (what its own exact
+    prefill stores); ``work`` itself when there is no cache to fill."""
+    if cache is None:
+        return work
+    for i, layer in enumerate(work.layers):
+        cache.update(layer.keys, layer.values, i)
+    return cache
 
 
 def _pick(logits: torch.Tensor, gen: GenSettings, rngs: list[torch.Generator] | None) -> torch.Tensor:

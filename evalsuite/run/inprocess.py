@@ -47,6 +47,7 @@ class InProcessBackend:
     _prefix: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (samples seen, prefix tokens)
     _base_lp: BaselineLogprobCache = field(default_factory=BaselineLogprobCache)
     snapshots: PromptSnapshots = field(default_factory=lambda: PromptSnapshots(0))
+    base_prompts: PromptSnapshots = field(default_factory=lambda: PromptSnapshots(2 << 30, evict=True))
 
     @classmethod
     def of(cls, base: LoadedModel, **kw: Any) -> "InProcessBackend":
@@ -95,6 +96,8 @@ class InProcessBackend:
 
     def close(self) -> None:
         self._built.clear()
+        self.snapshots.clear()
+        self.base_prompts.clear()
 
     def task_context(self) -> TaskContext:
         """The model's own token counts (chat template included) and window; loaded only when a task asks."""
@@ -143,14 +146,25 @@ class InProcessBackend:
                                 built.make_cache, max_batch=batch_size * n, max_tokens=self.max_batch_tokens,
                                 seed=self.seed, prefix_len=self.prefix_len(task), row_seeds=seeds,
                                 group=n)
-        self.snapshots = PromptSnapshots(self.snapshot_bytes, owner=name)  # the previous generation's are dropped
-        own_weights = built.model is not self.loaded.model and self.snapshot_bytes > 0
-        with observe_prefills(self.snapshots.observe if own_weights else None):
+        with observe_prefills(*self.prefill_hooks(variant, name, built)):
             for idx, gens in batches:
                 by_sample: dict[int, list[Any]] = {}
                 for r, g in zip(idx, gens):
                     by_sample.setdefault(rows[r], []).append(g)
                 yield [score_sample(task, i, gs, name, prompts[i][0]) for i, gs in by_sample.items()]
+
+    def prefill_hooks(self, variant: VariantSpec, name: str, built: BuiltVariant) -> tuple[Any, Any]:
+        """(observer, provider) of this generation's prefills (``run.snapshots``): the baseline keeps its prompts'
+        K/V for the KV-cache-only variants, which start from them; a variant with weights of its own keeps its
+        prompts' K/V for its KLD pass. The noise floor (the baseline under another name) recomputes everything."""
+        self.snapshots = PromptSnapshots(self.snapshot_bytes, owner=name)  # the previous generation's are dropped
+        if built.model is not self.loaded.model:
+            return (self.snapshots.observe if self.snapshot_bytes else None), None
+        if name != variant.name or not self.snapshot_bytes:
+            return None, None
+        if variant.is_baseline:
+            return self.base_prompts.observe, None
+        return None, self.base_prompts.provide(self.loaded.model.config)
 
     def kld(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
             answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:

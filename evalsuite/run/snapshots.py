@@ -1,18 +1,23 @@
-"""A variant's own prompt K/V kept from its generation pass, so its KLD pass needs no second prompt prefill.
+"""Prompt K/V kept from one pass for another, so the same prompt is not prefilled twice by the same weights.
 
-The KLD of a variant is teacher-forced: prompt, then the baseline's answer as a second chunk through the variant's
-cache (``run.kld``). For a variant with its own weights the prompt part costs a full prefill, the same one its
-generation just did: on long prompts (needle) that doubled the variant's cost. So while a variant generates, the
-decoder's prefills (``engine.observe_prefills``) hand each prompt's full-precision K/V and last-position logits to
-a ``PromptSnapshots``, row by row (padding dropped), keyed by the prompt's token ids; the KLD pass takes them back,
-re-pads them into its own batch and runs only the answer chunk (``kld.from_snapshot``). A cache with exact
-prefill receives these K/V exactly as its own prefill would have stored them.
+Two uses, both through ``engine.observe_prefills``:
 
-Only exact prefills are observed (a ``quantized``-prefill cache runs the prompt through itself, so it is
-prefilled again); snapshots live under a byte budget (memory spent for speed: about 94 MB per 2k-token prompt of
-the embedded model at fp32) and are dropped when taken, when the next generation starts, or on release. The K/V
-come from a batch padded differently from the KLD batch, so the KLD can differ from a recomputed one in the
-last float bits (masked positions contribute exact zeros; sums may run in another order).
+* the baseline's generation keeps its prompts' K/V (oldest evicted past the budget), and a KV-cache-only variant
+  with exact prefill (the baseline's weights) starts its generation from them instead of a prefill: its cache
+  receives the same full-precision K/V its own exact prefill would compute, and its first token is the
+  baseline's (the provider answers only when it holds every prompt of the batch);
+* a variant with weights of its own keeps the K/V of its generation's prefills for its KLD pass. That KLD is
+  teacher-forced (prompt, then the baseline's answer as a second chunk through the variant's cache, ``run.kld``),
+  and its prompt part was a full prefill, the same one the generation had just done: on long prompts (needle)
+  it doubled the variant's cost. The KLD pass takes the snapshots back and runs only the answer chunk.
+
+Each prefill hands over its prompts' full-precision K/V and last-position logits row by row (padding dropped),
+keyed by the prompt's token ids; a taker re-pads them into its own batch (``[padding][prompt]``, the mask hiding
+the padding). Only exact prefills take part (a ``quantized``-prefill cache runs the prompt through itself).
+Snapshots live under byte budgets (memory spent for speed: about 94 MB per 2k-token prompt of the embedded model at
+fp32). Trade: the K/V come from a batch padded differently from the one that uses them, so results can differ
+from a recomputed prefill in the last float bits (masked positions contribute exact zeros; sums may run in
+another order), as batch composition already does.
 """
 from __future__ import annotations
 
@@ -29,9 +34,10 @@ Row = tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor]  # per 
 class PromptSnapshots:
     """Per-prompt K/V + last logits of one variant's prefills, up to ``max_bytes``."""
 
-    def __init__(self, max_bytes: int = 2 << 30, owner: str = "") -> None:
+    def __init__(self, max_bytes: int = 2 << 30, owner: str = "", evict: bool = False) -> None:
         self.max_bytes = max_bytes
         self.owner = owner  # the variant whose generation filled it
+        self.evict = evict  # when full: drop the oldest prompts for new ones (else keep the first ones)
         self.used = 0
         self.rows: dict[Key, Row] = {}
 
@@ -46,20 +52,24 @@ class PromptSnapshots:
             keep = mask[j].bool()
             size = sum(2 * int(keep.sum()) * layer.keys[j, :, :1].numel() * layer.keys.element_size()
                        for layer in cache.layers)
+            while self.evict and self.rows and self.used + size > self.max_bytes:
+                self._drop(next(iter(self.rows)))
             if self.used + size > self.max_bytes:
                 return
             kv = tuple((layer.keys[j][:, keep].clone(), layer.values[j][:, keep].clone()) for layer in cache.layers)
             self.rows[key] = (kv, last[j].clone())
             self.used += size
 
-    def take(self, keys: Sequence[Key]) -> tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor,
-                                                 torch.Tensor] | None:
+    def take(self, keys: Sequence[Key], keep: bool = False
+             ) -> tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor, torch.Tensor] | None:
         """The batch's prompt K/V left-padded into one batch (K/V per layer, last logits, 2-D mask), removed from
-        the store; None unless every key is held (then nothing is removed)."""
+        the store unless ``keep``; None unless every key is held (then nothing is removed)."""
         if not keys or any(k not in self.rows for k in keys):
             return None
-        got = [self.rows.pop(k) for k in keys]
-        self.used -= sum(2 * kv[0][0].numel() * kv[0][0].element_size() * len(kv) for kv, _ in got)
+        got = [self.rows[k] for k in keys]
+        if not keep:
+            for k in dict.fromkeys(keys):
+                self._drop(k)
         width = max(kv[0][0].shape[1] for kv, _ in got)
         first = got[0][0][0][0]
         mask = torch.zeros(len(got), width, dtype=torch.long, device=first.device)
@@ -73,6 +83,27 @@ class PromptSnapshots:
                 mask[b, width - n:] = 1
             layers.append((k, v))
         return tuple(layers), torch.stack([last for _, last in got]), mask
+
+    def provide(self, config: Any) -> Any:
+        """A prefill provider (``engine.observe_prefills``) answering from these snapshots, which stay held:
+        the baseline's prompts serve every variant that shares its weights."""
+        from transformers import DynamicCache
+
+        def provide(prefix: Prefix | None, rows: Sequence[Sequence[int]]) -> Any:
+            head = tuple(prefix.ids) if prefix else ()
+            got = self.take([head + tuple(r) for r in rows], keep=True)
+            if got is None:
+                return None
+            cache = DynamicCache(config=config)
+            for i, (k, v) in enumerate(got[0]):
+                cache.update(k, v, i)
+            return cache, got[1], got[2]
+
+        return provide
+
+    def _drop(self, key: Key) -> None:
+        kv, _ = self.rows.pop(key)
+        self.used -= sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
 
     def clear(self) -> None:
         self.rows.clear()

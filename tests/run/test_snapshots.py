@@ -65,3 +65,44 @@ def test_generation_keeps_snapshots_only_for_own_weights_and_kld_takes_them(tiny
     answers = [r.output for r in rows]
     list(backend.kld(w4, w4.name, task, [0, 1, 2], answers, 4))
     assert not backend.snapshots.rows  # taken by the KLD pass
+
+
+def _prefill_forwards(model):
+    """Count the model's multi-token forwards over a batch of more than one row (prompt prefills)."""
+    calls = []
+
+    def hook(module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[0] > 1 and ids.shape[1] > 1:
+            calls.append(tuple(ids.shape))
+
+    return calls, model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def test_kv_only_variant_starts_from_the_baselines_prompt_kv(tiny):
+    backend = InProcessBackend.of(tiny, snapshot_bytes=1 << 30)
+    task = prepared(n=4, stop_at_newline=False)[0]
+    base, kv = backend.variants(["bf16", "kv8"])
+    base_rows = [r for b in backend.generate(base, base.name, task, [0, 1, 2, 3], 4) for r in b]
+    assert len(backend.base_prompts.rows) == 4
+    calls, handle = _prefill_forwards(tiny.model)
+    try:
+        kv_rows = [r for b in backend.generate(kv, kv.name, task, [0, 1, 2, 3], 4) for r in b]
+    finally:
+        handle.remove()
+    assert calls == [], "the KV variant's prompts were not prefilled again"
+    assert len(backend.base_prompts.rows) == 4  # still held for the next KV variant
+    fresh = InProcessBackend.of(tiny, snapshot_bytes=0)
+    again = [r for b in fresh.generate(kv, kv.name, task, [0, 1, 2, 3], 4) for r in b]
+    same = {r.sample_id: r.output for r in again}
+    assert sum(same[r.sample_id] == r.output for r in kv_rows) >= 3  # kv8 on the same K/V: same answers
+    assert {r.sample_id for r in kv_rows} == {r.sample_id for r in base_rows}
+
+
+def test_baseline_prompts_evict_the_oldest_past_the_budget():
+    cache = _cache(1, 5)
+    row = 2 * 2 * 3 * 5 * 4 * 4
+    snaps = PromptSnapshots(max_bytes=2 * row, evict=True)
+    for r in range(3):
+        snaps.observe(None, [[r, 1, 2, 3, 4]], cache, torch.zeros(1, 3), torch.ones(1, 5))
+    assert list(snaps.rows) == [(1, 1, 2, 3, 4), (2, 1, 2, 3, 4)] and snaps.used == 2 * row
