@@ -10,6 +10,8 @@ TORCH_SPEC ?= torch==2.13.0
 GATE_MAX_SAMPLES ?= 96
 GATE_ROUND ?= 16
 GATE_BUDGET ?= 8m
+# anything else for `evalsuite run`, e.g. GATE_ARGS="--variants w2g32,kv8"
+GATE_ARGS ?=
 
 .PHONY: setup gate test browser server-deps clean
 
@@ -24,7 +26,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 gate: setup
-	$(VENV)/bin/evalsuite run --max-samples $(GATE_MAX_SAMPLES) --round-size $(GATE_ROUND) --budget $(GATE_BUDGET)
+	$(VENV)/bin/evalsuite run --max-samples $(GATE_MAX_SAMPLES) --round-size $(GATE_ROUND) --budget $(GATE_BUDGET) $(GATE_ARGS)
 
 # Headless Chromium for the report's browser test (Debian package; skipped where apt-get is unavailable).
 browser:

@@ -106,13 +106,17 @@ def _memory_table(r: dict[str, Any]) -> str:
             f'<td>{fmt_ms(v.get("ttft_s"))}</td><td>{fmt_ms(v.get("itl_s"))}</td></tr>')
     head = ["variant", "verdict", "weights (measured)", "weights (formula)", "vs baseline", "KV B/token",
             "KV B/token (formula)", "TTFT (median)", "ITL (median)"]
+    probe = next((v["speed_probe"] for v in r["variants"] if v.get("speed_probe")), None)
+    how = (f' TTFT / ITL: a fixed probe, the same {probe["rows"]} prompts of {probe["prompt_tokens"]} tokens in one '
+           f'batch, {probe["new_tokens"]} greedy tokens each, per variant.' if probe else
+           ' TTFT / ITL: medians over the quality run\'s batches.')
     unpacked = [v["variant"] for v in r["variants"] if v.get("kernels") == "dequantized"]
     kernels = (f' {e(", ".join(unpacked))}: quantized weights ran unpacked once into the compute dtype (the same '
                'values as the packed form, faster here), so their speed is not the packed kernels\'; '
                '<code>--weight-kernels quanto</code> measures those.') if unpacked else ""
     return "<h2 id=\"memory\">Memory and speed</h2>" + table(head, rows) + (
         '<p class="note">Speed measured on the run machine; it is not a proxy for quality and differs on GPUs.'
-        f'{kernels}</p>')
+        f'{how}{kernels}</p>')
 
 
 def _checks_table(r: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from evalsuite.run.prompts import render_prompt
 from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.run.scoring import row_seed, score_sample
 from evalsuite.run.snapshots import PromptSnapshots
+from evalsuite.run.speed import SpeedProbe
 from evalsuite.variants.build import BuiltVariant, build_variant
 from evalsuite.tasks.base import Sample, TaskContext
 from evalsuite.variants.spec import VariantSpec
@@ -48,6 +49,7 @@ class InProcessBackend:
     _base_lp: BaselineLogprobCache = field(default_factory=BaselineLogprobCache)
     snapshots: PromptSnapshots = field(default_factory=lambda: PromptSnapshots(0))
     base_prompts: PromptSnapshots = field(default_factory=lambda: PromptSnapshots(2 << 30, evict=True))
+    speed_probe: SpeedProbe = field(default_factory=SpeedProbe)  # TTFT / ITL of every variant on fixed prompts
 
     @classmethod
     def of(cls, base: LoadedModel, **kw: Any) -> "InProcessBackend":
@@ -192,7 +194,9 @@ class InProcessBackend:
         from evalsuite.kvcache import kv_bytes_per_token
 
         built = self.built(variant)
+        ttft, itl = self.speed_probe.measure(built.model, built.tokenizer, built.make_cache)
         return VariantInfo(variant=name, spec=variant.to_dict(), weight_bytes=built.weights.measured,
+                           ttft_s=ttft, itl_s=itl, speed_probe=self.speed_probe.to_dict(),
                            weight_formula_bytes=built.weights.formula,
                            kv_bytes_per_token=measure_kv_bytes_per_token(built),
                            kv_formula_bytes_per_token=kv_bytes_per_token(variant.kv, built.model.config,

@@ -65,6 +65,7 @@ class VariantInfo:
     fingerprint: str | None = None  # artifact variants: a hash of the artifact's bytes
     source: str | None = None  # artifact variants: the folder / file gated
     kernels: str | None = None  # how quantized weights executed in the run: "quanto" or "dequantized" (build.KERNELS)
+    speed_probe: dict[str, int] | None = None  # TTFT / ITL from a fixed probe of this shape (None: from the samples)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

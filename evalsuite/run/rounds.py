@@ -9,7 +9,8 @@ answers them; decided variants skip them). The run ends when nothing is undecide
 starts and a generation in progress stops after its current batch, so a round can end partway (rounds go task by
 task through every variant, so the budget cuts all variants alike). Each round takes the tasks cheapest first, by
 the seconds per sample measured so far (the first round in the configured order, which by default is cheapest
-first), so a budget cuts the expensive tasks and a failing variant is stopped on a cheap one.
+first), and the run is re-gated after every task, so a budget cuts the expensive tasks and a failing variant is
+stopped on a cheap one, without running the rest of the round.
 
 Why this keeps its error rates: the gate decides on anytime-valid confidence sequences (evalsuite.stats.sequential,
 docs/gate.md), valid at every n simultaneously, so looking after every round and stopping on a decision does not
@@ -49,7 +50,7 @@ class Rounds:
         while True:
             n_round += 1
             self.cheapest_first(runner)
-            runner.round(variants, active, task_major=True)
+            self.one_round(runner, variants, active)
             self._store(runner, n_round)
             if runner.out_of_time():
                 self.stop_reason = f"budget of {self.budget_s:g} s spent"
@@ -71,6 +72,26 @@ class Rounds:
         so a budget cuts the expensive tasks and a failing variant is found on a cheap one."""
         order = {t.name: i for i, t in enumerate(runner.tasks)}
         runner.tasks.sort(key=lambda t: (runner.cost_per_sample(t.name) or 0.0, order[t.name]))
+
+    def one_round(self, runner: Any, variants: Sequence[VariantRef], active: dict[str, set[str]]) -> None:
+        """A round task by task (every variant on a task, then the next task); a variant the gate FAILs after a
+        task skips the rest of the round (a FAIL on the anytime-valid sequences stands, so nothing more is
+        needed from it)."""
+        for task in list(runner.tasks):
+            now = {v: {task.name} for v, tasks in active.items() if task.name in tasks}
+            if not now or runner.out_of_time():
+                continue
+            runner.round(variants, now, task_major=True)
+            if len(variants) > 1:
+                failed = self.failed(runner)
+                active = {v: tasks for v, tasks in active.items() if v not in failed}
+
+    def failed(self, runner: Any) -> set[str]:
+        """Variants the gate FAILs on what is stored so far."""
+        from evalsuite.gate.store_gate import gate_store
+
+        verdicts = gate_store(runner.store, self.policy).gate.variant_verdicts
+        return {v for v, verdict in verdicts.items() if verdict == "FAIL"}
 
     def _still_open(self, runner: Any, variants: Sequence[VariantRef]) -> dict[str, set[str]]:
         """variant -> tasks the gate has not decided (and could decide with more samples)."""

@@ -172,11 +172,15 @@ class Runner:
             bar.close()
 
     def record_info(self, variant: VariantRef, name: str) -> None:
-        """The backend's byte figures plus the medians of the stored samples' TTFT / inter-token latency."""
+        """The backend's byte figures and speed probe; without a probe, the medians of the stored samples' TTFT /
+        inter-token latency."""
+        info = self.backend.info(variant, name)
+        if info.speed_probe is not None:
+            self.store.put_variant(info)
+            return
         rows = self.store.samples(name)
         ttft = [r.ttft_s for r in rows if r.ttft_s is not None]
         itl = [r.itl_s for r in rows if r.itl_s is not None]
-        info = self.backend.info(variant, name)
         self.store.put_variant(dataclasses.replace(info, ttft_s=statistics.median(ttft) if ttft else None,
                                                    itl_s=statistics.median(itl) if itl else None))
 

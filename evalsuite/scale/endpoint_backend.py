@@ -18,9 +18,9 @@ from evalsuite.errors import EvalsuiteError
 from evalsuite.run.backend import ModelIdentity
 from evalsuite.run.prepare import PreparedTask
 from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
-from evalsuite.run.scoring import row_seed, score_sample
 from evalsuite.scale.endpoint import EndpointClient, EndpointPool, EndpointSpec, is_endpoint, parse_endpoint
 from evalsuite.scale.endpoint_kld import topk_kld
+from evalsuite.scale.logprob_log import LogprobLog, generate_logged
 from evalsuite.tasks.base import TaskContext
 
 BASELINE_ALIASES = ("bf16", "base")
@@ -88,37 +88,18 @@ class EndpointBackend:
         s = task.samples[i]
         return s.prompt if s.prompt is not None else json.dumps(list(s.messages or ()))
 
-    def _logprob_file(self, name: str) -> Path:
-        folder = Path(self.workdir) / "endpoint_logprobs"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"{name}.jsonl"
-
     def generate(self, variant: EndpointSpec, name: str, task: PreparedTask, indices: Sequence[int],
                  batch_size: int) -> Iterator[list[SampleResult]]:
         pool = EndpointPool(self._clients[variant.name], self.concurrency, self.top_k)
-        n = max(1, task.gen.n)
-        seeds = [[row_seed(self.seed, task.samples[i].id, r) for r in range(n)] for i in indices]
-        for idx, gens in pool.generate([task.samples[i] for i in indices], task.gen, seeds):
-            with open(self._logprob_file(name), "a", encoding="utf-8") as fh:
-                for j, g in zip(idx, gens):
-                    fh.write(json.dumps({"task": task.name, "id": task.samples[indices[j]].id,
-                                         "tokens": g[0].tokens}) + "\n")
-            yield [score_sample(task, indices[j], g, name, self.prompt_text(task, indices[j]))
-                   for j, g in zip(idx, gens)]
-
-    def _tokens(self, name: str) -> dict[tuple[str, str], list]:
-        path = self._logprob_file(name)
-        out: dict[tuple[str, str], list] = {}
-        for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
-            if line.strip():
-                d = json.loads(line)
-                out[(d["task"], d["id"])] = [(t, lp, tuple(map(tuple, top))) for t, lp, top in d["tokens"]]
-        return out
+        yield from generate_logged(pool, LogprobLog(self.workdir), self.seed, name, task, indices,
+                                   [task.samples[i] for i in indices],
+                                   [self.prompt_text(task, i) for i in indices])
 
     def kld(self, variant: EndpointSpec, name: str, task: PreparedTask, indices: Sequence[int],
             answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
         """Top-k approximation; samples without log-probs from either server are skipped (none stored)."""
-        base, var = self._tokens(self._baseline), self._tokens(name)
+        log = LogprobLog(self.workdir)
+        base, var = log.read(self._baseline), log.read(name)
         rows = []
         for i in indices:
             key = (task.name, task.samples[i].id)

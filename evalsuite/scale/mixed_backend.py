@@ -11,7 +11,6 @@ anything is generated (``served_pairing``).
 from __future__ import annotations
 
 import dataclasses
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,10 +22,10 @@ from evalsuite.run.inprocess import KLD_METHOD as INPROCESS_METHOD
 from evalsuite.run.inprocess import InProcessBackend
 from evalsuite.run.prepare import PreparedTask
 from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
-from evalsuite.run.scoring import row_seed, score_sample
 from evalsuite.scale.endpoint import EndpointClient, EndpointPool, EndpointSpec, is_endpoint, parse_endpoint
 from evalsuite.scale.endpoint_backend import KLD_METHOD as TOPK_TEXT
 from evalsuite.scale.endpoint_kld import topk_kld
+from evalsuite.scale.logprob_log import LogprobLog, generate_logged
 from evalsuite.scale.served_kld import METHOD, METHOD_TEXT, align_answer, baseline_entries, served_kld, \
     text_to_id, token_texts
 from evalsuite.scale.served_pairing import check_served_pairing
@@ -81,11 +80,6 @@ class MixedBackend:
     def task_context(self) -> TaskContext:
         return self.local.task_context()
 
-    def _logprob_file(self, name: str) -> Path:
-        folder = Path(self.workdir) / "endpoint_logprobs"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"{name}.jsonl"
-
     def generate(self, variant: VariantRef, name: str, task: PreparedTask, indices: Sequence[int],
                  batch_size: int) -> Iterator[list[SampleResult]]:
         if not isinstance(variant, EndpointSpec):
@@ -93,24 +87,9 @@ class MixedBackend:
             return
         prompts = self.local.prompts(task)
         raw = [dataclasses.replace(task.samples[i], messages=None, prompt=prompts[i][0]) for i in indices]
-        n = max(1, task.gen.n)
-        seeds = [[row_seed(self.seed, task.samples[i].id, r) for r in range(n)] for i in indices]
         pool = EndpointPool(self._clients[variant.name], self.concurrency, self.top_k)
-        for idx, gens in pool.generate(raw, task.gen, seeds):
-            with open(self._logprob_file(name), "a", encoding="utf-8") as fh:
-                for j, g in zip(idx, gens):
-                    fh.write(json.dumps({"task": task.name, "id": task.samples[indices[j]].id,
-                                         "tokens": g[0].tokens}) + "\n")
-            yield [score_sample(task, indices[j], g, name, prompts[indices[j]][0]) for j, g in zip(idx, gens)]
-
-    def _generated_tokens(self, name: str) -> dict[tuple[str, str], list]:
-        path = self._logprob_file(name)
-        out: dict[tuple[str, str], list] = {}
-        for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
-            if line.strip():
-                d = json.loads(line)
-                out[(d["task"], d["id"])] = [(t, lp, tuple(map(tuple, top))) for t, lp, top in d["tokens"]]
-        return out
+        yield from generate_logged(pool, LogprobLog(self.workdir), self.seed, name, task, indices, raw,
+                                   [prompts[i][0] for i in indices])
 
     def kld(self, variant: VariantRef, name: str, task: PreparedTask, indices: Sequence[int],
             answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
@@ -122,7 +101,7 @@ class MixedBackend:
         if not self.top_k:
             return
         client, prompts = self._clients[variant.name], self.local.prompts(task)
-        generated = self._generated_tokens(name)
+        generated = LogprobLog(self.workdir).read(name)
         tokenizer = self.local.loaded.tokenizer
         for start in range(0, len(indices), batch_size):
             chunk, texts = list(indices[start:start + batch_size]), list(answers[start:start + batch_size])
@@ -148,8 +127,7 @@ class MixedBackend:
 
     def _note(self, name: str, task: str, sid: str, why: str) -> None:
         """Record why a sample's KLD could not be teacher-forced (next to the run's store)."""
-        with open(self._logprob_file(name).with_suffix(".fallback.jsonl"), "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"task": task, "id": sid, "reason": why}) + "\n")
+        LogprobLog(self.workdir).note(name, {"task": task, "id": sid, "reason": why})
 
     def vocab(self) -> dict[str, int]:
         """Token text -> id of the baseline's tokenizer (built once)."""

@@ -107,3 +107,17 @@ def test_rounds_take_the_cheapest_task_first(tiny, tmp_path):
     runner.spent = {"long": [1.0, 4], "short": [8.0, 4]}
     Rounds.cheapest_first(runner)
     assert [t.name for t in runner.tasks] == ["long", "short"]
+
+
+def test_a_failed_variant_skips_the_rest_of_the_round(tiny, tmp_path, policy):
+    other = type("OtherCopy", (BigCopyTask,), {"name": "other"})
+    reg = _registry()
+    reg.register("other", other)
+    config = RunConfig(model="tiny", variants=VARIANTS, tasks=["copy", "other"], batch_size=8, max_samples=40,
+                       round_size=20)
+    store = execute(config, tmp_path / "r", False, InProcessBackend.of(tiny, seed=config.seed), progress=False,
+                    log=lambda s: None, registry=reg, policy=policy)
+    assert len(store.samples("w2g32", "copy")) == 20  # FAILed (KLD) on the first task of round 1 ...
+    assert store.samples("w2g32", "other") == []  # ... so it never ran the second
+    assert len(store.samples("noop", "other")) >= 20
+    assert gate_store(store, policy).gate.variant_verdicts["w2g32"] == "FAIL"
