@@ -53,7 +53,19 @@ def _verdict_table(r: dict[str, Any]) -> str:
         body += (f'<details class="more-slices" id="hidden-slices"><summary>{len(hidden)} more slice rows '
                  "(n below the policy's min_samples, or one sample per slice)</summary>"
                  + table(_STATS_HEAD, [_stats_row(r, s) for s in hidden], left=3) + "</details>")
-    return '<h2 id="verdicts">Quality vs baseline</h2>' + body
+    return '<h2 id="verdicts">Quality vs baseline</h2>' + body + _kld_method_note(r)
+
+
+def _kld_method_note(r: dict[str, Any]) -> str:
+    """How KLD was measured: the run's method, and per variant the methods its rows record (served variants)."""
+    km = r.get("kld_method") or {}
+    rows = {v: c for v, c in (km.get("rows") or {}).items() if any(c)}
+    per = "".join(f"<li>{e(v)}: " + ", ".join(f"{e(m or 'as above')} ({n} rows)" for m, n in sorted(c.items()))
+                  + "</li>" for v, c in sorted(rows.items()))
+    if not km.get("run") and not per:
+        return ""
+    return (f'<p class="note" id="kld-method">KLD method: {e(km.get("run") or "—")}</p>'
+            + (f'<ul class="note">{per}</ul>' if per else ""))
 
 
 def _metric_cell(m: dict[str, Any] | None, n: int) -> str:

@@ -135,3 +135,19 @@ def test_mixed_run_gates_a_llama_server_variant(tmp_path):
     assert info.weight_bytes == 0 and info.fingerprint.startswith("endpoint:")
     gated = gate_store(store)
     assert gated.variants == ["q4_1"] and gated.gate.variant_verdicts["q4_1"] in {"PASS", "FAIL", "INCONCLUSIVE"}
+
+
+def test_vllm_style_echo_parses_and_aligns():
+    """vLLM answers ``echo`` + ``logprobs`` with the OpenAI completion format, the first prompt token unscored
+    (``null``): the answer positions still align and carry their top-k."""
+    from evalsuite.scale.endpoint import parse_logprobs
+
+    payload = {"tokens": ["<|im_start|>", "user", " Hi", " The", " answer", "!"],
+               "token_logprobs": [None, -3.0, -2.0, -0.5, -0.25, -1.5],
+               "top_logprobs": [None, {"user": -3.0}, {" Hi": -2.0}, {" The": -0.5, " A": -1.2},
+                                {" answer": -0.25, " result": -2.0}, {"!": -1.5, ".": -0.4}]}
+    entries = parse_logprobs(payload)
+    assert entries[0] == ("<|im_start|>", 0.0, ())
+    seg, why = align_answer(entries, 1, [" The", " answer"])
+    assert why == "" and [s[0] for s in seg] == [" The", " answer"]
+    assert dict(seg[1][2]) == {" answer": -0.25, " result": -2.0}
