@@ -32,7 +32,8 @@ def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = Non
     from evalsuite.run.inprocess import InProcessBackend
 
     local = InProcessBackend(loader=factory, seed=config.seed, max_batch_tokens=config.max_batch_tokens,
-                             kernels=config.weight_kernels, snapshot_bytes=(2 << 30) if config.kld else 0)
+                             kernels=config.weight_kernels, snapshot_bytes=(2 << 30) if config.kld else 0,
+                             reuse_base_prompts=config.reuse_prompt_kv)
     if served:
         from evalsuite.scale.mixed_backend import MixedBackend
 

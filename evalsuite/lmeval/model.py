@@ -84,8 +84,15 @@ class EvalsuiteLM(LM):
 
     @classmethod
     def create_from_arg_obj(cls, arg_dict: dict[str, Any], additional_config: dict | None = None) -> "EvalsuiteLM":
-        """``model_args`` win over lm-eval's own ``--batch_size`` etc. (no duplicate-keyword errors)."""
+        """``model_args`` win over lm-eval's own ``--batch_size`` etc. (no duplicate-keyword errors). lm-eval
+        passes ``device="cuda:0"`` unless told otherwise; like its HF model, that falls back to ``auto`` where CUDA
+        is absent (a ``device=`` in ``model_args`` stays strict)."""
         extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in arg_dict}
+        if "device" in extra and str(extra["device"]).startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                extra["device"] = "auto"
         return cls(**arg_dict, **extra)
 
     # --- lm-eval plumbing -------------------------------------------------------------------------------------

@@ -37,6 +37,9 @@ class RunConfig:
     #: weight-only variants: "dequantized" (quanto's quantized values unpacked once: the quality run, ~2x faster
     #: decode on CPU) or "quanto" (its packed modules and kernels, as deployed: for speed figures)
     weight_kernels: str = "dequantized"
+    #: KV-cache-only variants start from the baseline's prompt K/V (faster on long prompts; answers then depend on
+    #: the baseline's batching, so off by default: evalsuite.run.snapshots)
+    reuse_prompt_kv: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -40,6 +40,9 @@ class InProcessBackend:
     kernels: str = "dequantized"  # weight-only variants: quanto's values unpacked once (variants.build.KERNELS)
     #: a variant's own prompt K/V kept from its generation for its KLD pass (``run.snapshots``; 0 = off)
     snapshot_bytes: int = 2 << 30
+    #: KV-cache-only variants start generating from the baseline's prompt K/V (off by default: their answers then
+    #: depend on the baseline's batching, see ``run.snapshots``)
+    reuse_base_prompts: bool = False
     kld_method: str = KLD_METHOD
     base: LoadedModel | None = None
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
@@ -156,13 +159,13 @@ class InProcessBackend:
                 yield [score_sample(task, i, gs, name, prompts[i][0]) for i, gs in by_sample.items()]
 
     def prefill_hooks(self, variant: VariantSpec, name: str, built: BuiltVariant) -> tuple[Any, Any]:
-        """(observer, provider) of this generation's prefills (``run.snapshots``): the baseline keeps its prompts'
-        K/V for the KV-cache-only variants, which start from them; a variant with weights of its own keeps its
-        prompts' K/V for its KLD pass. The noise floor (the baseline under another name) recomputes everything."""
+        """(observer, provider) of this generation's prefills (``run.snapshots``): a weight-only variant keeps its
+        prompts' K/V for its KLD pass; with ``reuse_base_prompts`` the baseline keeps its prompts' K/V and the
+        KV-cache-only variants start from them. The noise floor (the baseline under another name) recomputes."""
         self.snapshots = PromptSnapshots(self.snapshot_bytes, owner=name)  # the previous generation's are dropped
         if built.model is not self.loaded.model:
-            return (self.snapshots.observe if self.snapshot_bytes else None), None
-        if name != variant.name or not self.snapshot_bytes:
+            return (self.snapshots.observe if self.snapshot_bytes and variant.kv is None else None), None
+        if name != variant.name or not self.reuse_base_prompts:
             return None, None
         if variant.is_baseline:
             return self.base_prompts.observe, None

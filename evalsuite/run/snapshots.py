@@ -2,22 +2,26 @@
 
 Two uses, both through ``engine.observe_prefills``:
 
-* the baseline's generation keeps its prompts' K/V (oldest evicted past the budget), and a KV-cache-only variant
-  with exact prefill (the baseline's weights) starts its generation from them instead of a prefill: its cache
-  receives the same full-precision K/V its own exact prefill would compute, and its first token is the
-  baseline's (the provider answers only when it holds every prompt of the batch);
-* a variant with weights of its own keeps the K/V of its generation's prefills for its KLD pass. That KLD is
-  teacher-forced (prompt, then the baseline's answer as a second chunk through the variant's cache, ``run.kld``),
-  and its prompt part was a full prefill, the same one the generation had just done: on long prompts (needle)
-  it doubled the variant's cost. The KLD pass takes the snapshots back and runs only the answer chunk.
+* a weight-only variant (its own weights, unquantized cache) keeps the K/V of its generation's prefills for its
+  KLD pass. That KLD is teacher-forced (prompt, then the baseline's answer as a second chunk through the variant's
+  cache, ``run.kld``), and its prompt part was a full prefill, the same one the generation had just done: on long
+  prompts (needle) it doubled the variant's cost. The KLD pass takes the snapshots back and runs only the answer
+  chunk. On by default: it changes a measurement in its last float bits, never an answer.
+* opt-in (``--reuse-prompt-kv``): the baseline's generation keeps its prompts' K/V (oldest evicted past the
+  budget), and a KV-cache-only variant with exact prefill starts its generation from them instead of a prefill
+  (the provider answers only when it holds every prompt of the batch). Off by default because it changes
+  *answers*: a quantized cache groups tokens across the batch's padding, so K/V laid out ``[padding][prompt]``
+  instead of the decoder's ``[prefix][padding][own]`` quantize differently, and the variant's answers would
+  depend on the baseline's batching (a resumed run, or the lm-eval bridge, would not reproduce them). Measured
+  on the embedded model: ``kv4g32r16`` answers changed on a 3-sample arithmetic task.
 
 Each prefill hands over its prompts' full-precision K/V and last-position logits row by row (padding dropped),
 keyed by the prompt's token ids; a taker re-pads them into its own batch (``[padding][prompt]``, the mask hiding
 the padding). Only exact prefills take part (a ``quantized``-prefill cache runs the prompt through itself).
 Snapshots live under byte budgets (memory spent for speed: about 94 MB per 2k-token prompt of the embedded model at
-fp32). Trade: the K/V come from a batch padded differently from the one that uses them, so results can differ
-from a recomputed prefill in the last float bits (masked positions contribute exact zeros; sums may run in
-another order), as batch composition already does.
+fp32). Trade: the K/V come from a batch padded differently from the one that uses them, so with an unquantized
+cache results differ from a recomputed prefill in the last float bits (masked positions contribute exact zeros;
+sums may run in another order), as batch composition already does.
 """
 from __future__ import annotations
 

@@ -40,8 +40,8 @@ def test_budget_bounds_what_is_kept():
     assert list(snaps.rows) == [(1, 2, 3, 4, 5)]
 
 
-@pytest.mark.parametrize("spec", ["w4g64", "w4g64+kv4g32r0"])
-def test_kld_from_generation_snapshot_matches_a_second_prefill(tiny, tmp_path, spec):
+def test_kld_from_generation_snapshot_matches_a_second_prefill(tiny, tmp_path):
+    spec = "w4g64"
     tasks = prepared(n=5, stop_at_newline=False)
     kept = InProcessBackend.of(tiny, snapshot_bytes=1 << 30)
     fresh = InProcessBackend.of(tiny, snapshot_bytes=0)
@@ -58,13 +58,15 @@ def test_kld_from_generation_snapshot_matches_a_second_prefill(tiny, tmp_path, s
 def test_generation_keeps_snapshots_only_for_own_weights_and_kld_takes_them(tiny):
     backend = InProcessBackend.of(tiny, snapshot_bytes=1 << 30)
     task = prepared(n=3, stop_at_newline=False)[0]
-    base, kv, w4 = backend.variants(["bf16", "kv4g32", "w4g64"])
-    for spec, expect in ((base, 0), (kv, 0), (w4, 3)):  # the baseline's weights: its own snapshot path serves them
+    base, kv, w4kv, w4 = backend.variants(["bf16", "kv4g32", "w4g64+kv4g32", "w4g64"])
+    # the baseline's weights: its own snapshot path serves them; a quantized cache lays K/V out by its batch
+    for spec, expect in ((base, 0), (kv, 0), (w4kv, 0), (w4, 3)):
         rows = [r for batch in backend.generate(spec, spec.name, task, [0, 1, 2], 4) for r in batch]
         assert len(backend.snapshots.rows) == expect, spec.name
     answers = [r.output for r in rows]
     list(backend.kld(w4, w4.name, task, [0, 1, 2], answers, 4))
     assert not backend.snapshots.rows  # taken by the KLD pass
+    assert not backend.base_prompts.rows  # the baseline's prompts are kept only with reuse_base_prompts
 
 
 def _prefill_forwards(model):
@@ -80,7 +82,7 @@ def _prefill_forwards(model):
 
 
 def test_kv_only_variant_starts_from_the_baselines_prompt_kv(tiny):
-    backend = InProcessBackend.of(tiny, snapshot_bytes=1 << 30)
+    backend = InProcessBackend.of(tiny, reuse_base_prompts=True)
     task = prepared(n=4, stop_at_newline=False)[0]
     base, kv = backend.variants(["bf16", "kv8"])
     base_rows = [r for b in backend.generate(base, base.name, task, [0, 1, 2, 3], 4) for r in b]
