@@ -20,7 +20,7 @@ import inspect
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -78,7 +78,7 @@ def common_prefix_len(id_lists: Sequence[Sequence[int]], min_len: int = MIN_PREF
     return p if p >= min_len else 0
 
 
-def _plain_dynamic(model: Any) -> bool:
+def plain_dynamic(model: Any) -> bool:
     """True when the model's DynamicCache keeps every token of every layer (no sliding window / linear layers)."""
     return all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
 
@@ -90,7 +90,7 @@ def encode_prefix(model: Any, ids: Sequence[int], cache: Any = None) -> Prefix |
     prompts will run with) has a quantized prefill."""
     if not ids:
         return None
-    if not _plain_dynamic(model) or not exact_prefill(cache):
+    if not plain_dynamic(model) or not exact_prefill(cache):
         return Prefix(tuple(ids), None)
     cache = DynamicCache(config=model.config)
     model(input_ids=torch.tensor([list(ids)], device=model.device), cache=cache, use_cache=True,
@@ -122,7 +122,7 @@ def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, ca
     """Run the prompts (each ``prefix.ids + row``); returns (cache, last-position logits, 2-D attention mask).
     An exact prefill may be answered by the ``observe_prefills`` provider instead of a forward."""
     observer, provider = _HOOKS.get()
-    transfer = exact_prefill(cache) and _plain_dynamic(model)
+    transfer = exact_prefill(cache) and plain_dynamic(model)
     given = provider(prefix, rows) if transfer and provider is not None else None
     if given is not None:
         return _transfer(given[0], cache), given[1], given[2]
@@ -150,16 +150,23 @@ def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, ca
 
 
 def _transfer(work: DynamicCache, cache: Any) -> Any:
-    """The prompt's full-precision K/V written into ``cache`` with one update per layer (what its own exact
-    prefill stores); ``work`` itself when there is no cache to fill."""
+    """The prompt's full-precision K/V written into ``cache`` (what its own exact prefill stores); ``work``
+    itself when there is no cache to fill."""
     if cache is None:
         return work
-    for i, layer in enumerate(work.layers):
-        cache.update(layer.keys, layer.values, i)
-    return cache
+    return fill_cache(((layer.keys, layer.values) for layer in work.layers), cache)
 
 
-def _pick(logits: torch.Tensor, gen: GenSettings, rngs: list[torch.Generator] | None) -> torch.Tensor:
+def fill_cache(layers: Iterable[tuple[torch.Tensor, torch.Tensor]], cache: Any = None, config: Any = None) -> Any:
+    """Prompt K/V (per layer) written into ``cache`` with one ``update`` per layer, as an exact prefill stores
+    them; ``cache`` None: a fresh DynamicCache for ``config``."""
+    work = cache if cache is not None else DynamicCache(config=config)
+    for i, (k, v) in enumerate(layers):
+        work.update(k, v, i)
+    return work
+
+
+def pick_tokens(logits: torch.Tensor, gen: GenSettings, rngs: list[torch.Generator] | None) -> torch.Tensor:
     """Greedy, or one sampled token per row, each row from its own generator (independent of batching)."""
     if gen.temperature <= 0 or rngs is None:
         return logits.argmax(-1)
@@ -167,10 +174,20 @@ def _pick(logits: torch.Tensor, gen: GenSettings, rngs: list[torch.Generator] | 
     return torch.cat([torch.multinomial(probs[j], 1, generator=g) for j, g in enumerate(rngs)])
 
 
-def _stopped(text_of: Callable[[list[int]], str], ids: list[int], stops: Sequence[str]) -> bool:
+def stop_reached(text_of: Callable[[list[int]], str], ids: list[int], stops: Sequence[str]) -> bool:
     """A stop string ends the row; only the tail that can hold a new match is decoded."""
     tail = ids[-(max(len(s) for s in stops) + 8):]
     return any(s in text_of(tail) for s in stops)
+
+
+def take_token(ids: list[int], t: int, stop_ids: set[int], gen: GenSettings, stops: Sequence[str],
+               text_of: Callable[[list[int]], str]) -> bool:
+    """Append token ``t`` to a row's ``ids`` unless it is a stop token; True while the row goes on (no stop token,
+    string or ``max_new_tokens`` reached)."""
+    if t in stop_ids:
+        return False
+    ids.append(t)
+    return len(ids) < gen.max_new_tokens and not (stops and stop_reached(text_of, ids, stops))
 
 
 @torch.no_grad()
@@ -192,16 +209,12 @@ def decode(model: Any, tokenizer: Any, rows: Sequence[Sequence[int]], gen: GenSe
     stops = [s for s in gen.stop if s]
     text_of = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
     for _ in range(gen.max_new_tokens):
-        tok = _pick(logits, gen, rngs).cpu()
+        tok = pick_tokens(logits, gen, rngs).cpu()
         synchronize(model.device)
         stamps.append(time.perf_counter())
         keep = []
         for j, row in enumerate(live):
-            t = int(tok[j])
-            if t in stop_ids:
-                continue
-            out[row].ids.append(t)
-            if len(out[row].ids) < gen.max_new_tokens and not (stops and _stopped(text_of, out[row].ids, stops)):
+            if take_token(out[row].ids, int(tok[j]), stop_ids, gen, stops, text_of):
                 keep.append(j)
         if not keep:
             break

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from transformers import DynamicCache
 
-from evalsuite.run.engine import Prefix, _plain_dynamic, encode_prefix, exact_prefill, prefill
+from evalsuite.run.engine import Prefix, encode_prefix, exact_prefill, fill_cache, plain_dynamic, prefill
 from evalsuite.run.generate import encode_prompts
 
 
@@ -48,7 +48,7 @@ def _chunked_logprobs(model: Any, rows: list[list[int]], prefix: Prefix | None, 
     prefix, exact transfer into exact-prefill caches), then the answer as one chunk through the same cache.
     ``snapshot`` receives the prompt's K/V (a DynamicCache's, before the answer chunk), last logits and mask."""
     cache, last, mask = prefill(model, rows, prefix, cache, pad_id)
-    if snapshot is not None and isinstance(cache, DynamicCache) and _plain_dynamic(model):
+    if snapshot is not None and isinstance(cache, DynamicCache) and plain_dynamic(model):
         snapshot((tuple((layer.keys, layer.values) for layer in cache.layers), last, mask))
     return _answer_logprobs(model, cache, last, mask, answer_ids, answer_mask)
 
@@ -58,10 +58,7 @@ def _from_snapshot(model: Any, kv: PromptKV, cache: Any | None, answer_ids: torc
     """The same log-probs as ``_chunked_logprobs`` for a model with the snapshot's weights, without the prompt
     prefill: the prompt's K/V go into ``cache`` (a fresh DynamicCache when None) with one update per layer."""
     layers, last, mask = kv
-    work = cache if cache is not None else DynamicCache(config=model.config)
-    for i, (k, v) in enumerate(layers):
-        work.update(k, v, i)
-    return _answer_logprobs(model, work, last, mask, answer_ids, answer_mask)
+    return _answer_logprobs(model, fill_cache(layers, cache, model.config), last, mask, answer_ids, answer_mask)
 
 
 class BaselineLogprobCache:

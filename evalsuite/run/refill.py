@@ -30,13 +30,13 @@ from transformers.cache_utils import DynamicLayer
 
 from evalsuite.models.device import synchronize
 from evalsuite.run.growcache import grow_cache
-from evalsuite.run.engine import Decoded, Prefix, _pick, _plain_dynamic, _stopped, prefill
+from evalsuite.run.engine import Decoded, Prefix, pick_tokens, plain_dynamic, prefill, take_token
 from evalsuite.tasks.base import GenSettings
 
 
 def can_refill(model: Any, cache: Any) -> bool:
     """Whether rows of ``cache``'s kind can be merged into a running batch (plain DynamicCache layers only)."""
-    if not _plain_dynamic(model):
+    if not plain_dynamic(model):
         return False
     return cache is None or all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
 
@@ -142,18 +142,15 @@ def _loop(model: Any, tokenizer: Any, ids: Sequence[Sequence[int]], gen: GenSett
                 out[r].stamps.append(t0)
                 if gen.temperature > 0:
                     rngs[r] = torch.Generator().manual_seed(int(seeds[r]))
-        tok = _pick(pool.logits, gen, [rngs[r] for r in pool.rows] if rngs else None).cpu()
+        tok = pick_tokens(pool.logits, gen, [rngs[r] for r in pool.rows] if rngs else None).cpu()
         synchronize(model.device)
         now = time.perf_counter()
         keep = []
         for j, r in enumerate(pool.rows):
             out[r].stamps.append(now)
-            t = int(tok[j])
-            if t not in stop_ids:
-                out[r].ids.append(t)
-                if len(out[r].ids) < gen.max_new_tokens and not (stops and _stopped(text_of, out[r].ids, stops)):
-                    keep.append(j)
-                    continue
+            if take_token(out[r].ids, int(tok[j]), stop_ids, gen, stops, text_of):
+                keep.append(j)
+                continue
             yield r, out.pop(r)
         if len(keep) < len(pool):
             pool.keep(keep)

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import torch
 
-from evalsuite.run.engine import Prefix
+from evalsuite.run.engine import Prefix, fill_cache
 
 Key = tuple[int, ...]
 Row = tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor]  # per layer (K, V) [heads, len, dim]; logits
@@ -91,17 +91,10 @@ class PromptSnapshots:
     def provide(self, config: Any) -> Any:
         """A prefill provider (``engine.observe_prefills``) answering from these snapshots, which stay held:
         the baseline's prompts serve every variant that shares its weights."""
-        from transformers import DynamicCache
-
         def provide(prefix: Prefix | None, rows: Sequence[Sequence[int]]) -> Any:
             head = tuple(prefix.ids) if prefix else ()
             got = self.take([head + tuple(r) for r in rows], keep=True)
-            if got is None:
-                return None
-            cache = DynamicCache(config=config)
-            for i, (k, v) in enumerate(got[0]):
-                cache.update(k, v, i)
-            return cache, got[1], got[2]
+            return None if got is None else (fill_cache(got[0], None, config), got[1], got[2])
 
         return provide
 

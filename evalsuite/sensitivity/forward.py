@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from evalsuite.run.engine import fill_cache
+
 
 @dataclass
 class Batch:
@@ -115,9 +117,7 @@ def prompt_prefill(model: Any, batch: Batch) -> PromptState:
 def chunked_pass(model: Any, batch: Batch, state: PromptState, cache: Any) -> torch.Tensor:
     """Answer log-probs with the prompt's K/V (``state``) written into ``cache`` and the answer as a second chunk
     (``cache`` None: a DynamicCache, i.e. the unquantized baseline)."""
-    cache = cache if cache is not None else DynamicCache(config=model.config)
-    for i, (k, v) in enumerate(state.kv):
-        cache.update(k, v, i)
+    cache = fill_cache(state.kv, cache, model.config)
     ids, amask = (t.to(state.mask.device) for t in batch.answer_chunk())
     first = state.last[:, None, :]
     if ids.shape[1] <= 1:
