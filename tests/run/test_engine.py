@@ -173,3 +173,28 @@ def test_grow_layer_holds_what_concatenation_holds():
         keys, values = layer.update(k, v)
     assert torch.equal(keys, torch.cat(ks, -2)) and torch.equal(values, torch.cat(vs, -2))
     assert layer.get_seq_length() == 5 + SPARE + 20
+
+
+def test_prefill_chunks_group_similar_lengths_within_the_padded_budget():
+    from evalsuite.run.refill import prefill_chunks
+
+    lengths = [300, 40, 50, 400, 45, 310, 5000]
+    chunks = prefill_chunks(lengths, 1000)
+    assert sorted(j for c in chunks for j in c) == list(range(len(lengths)))
+    assert chunks == [[1, 4, 2], [0, 5], [3], [6]]  # length order; a prompt over the budget goes alone
+    for c in chunks[:-1]:
+        assert max(lengths[j] for j in c) * len(c) <= 1000
+
+
+def test_refill_with_chunked_admission_equals_per_batch(fp32, tokenizer, monkeypatch):
+    """Newcomers prefilled in several small forwards decode exactly as their own batches do."""
+    import evalsuite.run.refill as refill
+
+    calls = []
+    monkeypatch.setattr(refill, "PREFILL_TOKENS", 40)
+    monkeypatch.setattr(refill, "prefill", lambda *a, orig=refill.prefill: (calls.append(len(a[1])), orig(*a))[1])
+    gen = GenSettings(max_new_tokens=10, stop=("e",))
+    per_batch = _run(fp32, tokenizer, _prompts(MORE), gen, max_batch=4, refill=False)
+    chunked = _run(fp32, tokenizer, _prompts(MORE), gen, max_batch=8, refill=True)
+    assert len(calls) > 2 and min(calls) < 8
+    assert [(g.text, g.n_tokens) for g in per_batch] == [(g.text, g.n_tokens) for g in chunked]
