@@ -80,9 +80,10 @@ def prepared(task=None, n: int = 6, seed: int = 1, **params):
 
 
 def run_model(loaded, run_dir, variants=("bf16",), tasks=None, batch_size: int = 4, kld: bool = True,
-              store=None, noise_floor: bool = False, backend=None, baseline_source=None, log=None):
+              store=None, noise_floor: bool = False, backend=None, baseline_source=None, log=None, **config_kw):
     """The one way tests run the Runner: ``loaded`` through an in-process backend (or ``backend``) into a store
-    at ``run_dir`` (or ``store``, to continue one). Returns the store, marked finished."""
+    at ``run_dir`` (or ``store``, to continue one); ``config_kw`` are further RunConfig fields. Returns the
+    store, marked finished."""
     from evalsuite.run.config import RunConfig
     from evalsuite.run.inprocess import InProcessBackend
     from evalsuite.run.runner import Runner
@@ -90,7 +91,8 @@ def run_model(loaded, run_dir, variants=("bf16",), tasks=None, batch_size: int =
 
     tasks = tasks if tasks is not None else prepared()
     config = RunConfig(model=loaded.name if loaded is not None else "tiny", variants=list(variants),
-                       tasks=[t.name for t in tasks], batch_size=batch_size, kld=kld, noise_floor=noise_floor)
+                       tasks=[t.name for t in tasks], batch_size=batch_size, kld=kld, noise_floor=noise_floor,
+                       **config_kw)
     store = store or Store.create(run_dir, config.to_dict())
     backend = backend or InProcessBackend.of(loaded, seed=config.seed)
     Runner(config, backend, tasks, store, progress=False, log=log or (lambda s: None),

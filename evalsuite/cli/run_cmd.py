@@ -74,6 +74,9 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--reuse-prompt-kv", is_flag=True,
               help="KV-cache-only variants start from the baseline's prompt K/V instead of a second prefill "
                    "(faster on long prompts; their answers then depend on the baseline's batching).")
+@click.option("--recompute-identical", is_flag=True,
+              help="Generate even for a variant that computes exactly what the baseline computes (bit-identical "
+                   "weights, unquantized cache); by default it takes the baseline's answers and KLD 0.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Fan (variant x task x shard) units out to Ray (a local instance, or ADDRESS).")
@@ -81,7 +84,8 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
         max_samples: int | None, round_size: int, budget: str | None, seed: int, params: tuple[str, ...],
         batch_size: int, out: Path | None, run_id: str | None, resume: str | None, policy: Path | None,
         no_gate: bool, kld: bool, noise_floor: bool, baseline_dir: Path | None, lm_eval_tasks: tuple[str, ...],
-        lm_eval_include: Path | None, weight_kernels: str, reuse_prompt_kv: bool, quiet: bool,
+        lm_eval_include: Path | None, weight_kernels: str, reuse_prompt_kv: bool, recompute_identical: bool,
+        quiet: bool,
         ray_address: str | None = None) -> int:
     """Run the baseline and every variant on the same samples of each task, store every scored sample as it
     completes (SQLite, resumable), measure memory and speed, then gate against a policy.
@@ -120,7 +124,8 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
                            tasks=task_list, task_params=task_params, seed=seed, limit=limit, batch_size=batch_size,
                            kld=kld, noise_floor=noise_floor, max_samples=max_samples, round_size=round_size,
                            budget_s=parse_duration(budget) if budget is not None else None,
-                           weight_kernels=weight_kernels, reuse_prompt_kv=reuse_prompt_kv)
+                           weight_kernels=weight_kernels, reuse_prompt_kv=reuse_prompt_kv,
+                           reuse_identical=not recompute_identical)
         run_dir = root / (run_id or new_run_id())
     set_run_dir(run_dir)
     quiet_libraries()

@@ -73,6 +73,10 @@ class Backend(Protocol):
             answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
         """KLD of ``variant`` from the baseline over the baseline's ``answers`` to ``indices``, a group at a time."""
 
+    def same_as_baseline(self, variant: VariantRef) -> bool:
+        """Whether ``variant`` provably computes what the baseline computes (``variants.identical``): the Runner
+        then copies the baseline's answers and stores KLD 0 instead of asking for them. False when unknown."""
+
     def info(self, variant: VariantRef, name: str) -> VariantInfo:
         """Bytes of the variant (timings are filled in by the Runner from the stored samples)."""
 

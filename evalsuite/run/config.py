@@ -40,6 +40,9 @@ class RunConfig:
     #: KV-cache-only variants start from the baseline's prompt K/V (faster on long prompts; answers then depend on
     #: the baseline's batching, so off by default: evalsuite.run.snapshots)
     reuse_prompt_kv: bool = False
+    #: a variant that computes exactly what the baseline computes (bit-identical weights and an unquantized cache,
+    #: e.g. w4g32 of a Q4_1 model) takes the baseline's answers instead of generating them again
+    reuse_identical: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

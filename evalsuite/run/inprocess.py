@@ -193,6 +193,9 @@ class InProcessBackend:
         return baseline_answer_logprobs(self.loaded.model, self.loaded.tokenizer, prompts, list(answers),
                                         self._base_lp, (task.name, ids), prefix_len=self.prefix_len(task))
 
+    def same_as_baseline(self, variant: VariantSpec) -> bool:
+        return self.built(variant).same_as_base
+
     def info(self, variant: VariantSpec, name: str) -> VariantInfo:
         from evalsuite.kvcache import kv_bytes_per_token
 

@@ -3,9 +3,14 @@
 Round 1 runs the first ``round_size`` samples of every task's stream (stratified over the task's slices, the same
 samples for every variant). After each round the run is gated as ``evalsuite gate`` would gate it; a (variant,
 task) whose checks are all decided (PASS or FAIL) stops asking for samples, a variant that FAILs stops entirely,
-and the next round draws ``round_size`` more samples only for tasks some variant still needs (the baseline
-answers them; decided variants skip them). The run ends when nothing is undecided, when every undecided task hit
-``max_samples`` (or its finite stream ended), or when the wall-clock budget is spent: no new (variant, task)
+and the next round draws ``GROWTH x round_size`` more samples only for tasks some variant still needs (the
+baseline answers them; decided variants skip them). Round 1 is small so a broken variant FAILs after a few samples;
+the survivors typically need many more pairs (a no-op about 77 per task at max_drop 0.05), and larger rounds give
+the decoder larger batches. A (variant, task) whose slowest open check needs, by its own estimate (``more_needed``,
+from the observed discordance), more samples than ``max_samples`` leaves stops drawing too: it cannot be decided in
+this run, and its samples would only spend the budget the decidable ones need (it stays INCONCLUSIVE with its
+estimate; ``out_of_reach`` in the run's meta). The run ends when nothing is undecided, when every undecided task
+hit ``max_samples`` (or its finite stream ended), or when the wall-clock budget is spent: no new (variant, task)
 starts and a generation in progress stops after its current batch, so a round can end partway (rounds go task by
 task through every variant, so the budget cuts all variants alike). Each round takes the tasks cheapest first, by
 the seconds per sample measured so far (the first round in the configured order, which by default is cheapest
@@ -15,7 +20,9 @@ stopped on a cheap one, without running the rest of the round.
 Why this keeps its error rates: the gate decides on anytime-valid confidence sequences (evalsuite.stats.sequential,
 docs/gate.md), valid at every n simultaneously, so looking after every round and stopping on a decision does not
 inflate them; and a re-gate of the stored run sees exactly the pairs the run stopped with, so it gives the same
-verdicts. What was drawn per task is stored (``drawn``) so ``--resume`` continues from there.
+verdicts. Which (variant, task) keeps sampling may depend on the data seen so far (a decision, an estimate out of
+reach): a confidence sequence covers the truth at every n at once, so any such data-dependent stopping keeps its
+coverage. What was drawn per task is stored (``drawn``) so ``--resume`` continues from there.
 """
 from __future__ import annotations
 
@@ -25,6 +32,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from evalsuite.run.backend import VariantRef
+
+#: rounds after the first draw this many times ``round_size`` (cumulative 16, 48, 80, ... at round_size 16)
+GROWTH = 2
 
 
 @dataclass
@@ -39,6 +49,7 @@ class Rounds:
     started: float = field(default_factory=time.monotonic)
     stop_reason: str = ""
     capped: dict[str, str] = field(default_factory=dict)  # task -> why it could not draw more
+    out_of_reach: dict[str, dict[str, int]] = field(default_factory=dict)  # variant -> task -> pairs still needed
 
     def drive(self, runner: Any, variants: Sequence[VariantRef]) -> None:
         """Rounds until decided, capped or out of budget; the final state is stored in the run's meta."""
@@ -57,7 +68,8 @@ class Rounds:
                 break
             active = self._still_open(runner, variants)
             if not active:
-                self.stop_reason = "every check decided"
+                reach = any(self.out_of_reach.values())
+                self.stop_reason = "every check decided" + (" or out of reach of --max-samples" if reach else "")
                 break
             if not self._draw(runner, set().union(*active.values())):
                 self.stop_reason = "sample cap reached: " + ", ".join(f"{t} ({why})" for t, why in
@@ -100,7 +112,26 @@ class Rounds:
 
         if len(variants) < 2:
             return {}
-        return {v: t for v, t in undecided(gate_store(runner.store, self.policy).gate).items() if t}
+        gate = gate_store(runner.store, self.policy).gate
+        drawn = {t.name: len(t.samples) for t in runner.tasks}
+        open_ = {}
+        for v, tasks in undecided(gate).items():
+            reach = {t for t in tasks if self._reachable(v, t, pairs_to_decide(gate, v, t), drawn.get(t, 0))}
+            if reach:
+                open_[v] = reach
+        return open_
+
+    def _reachable(self, variant: str, task: str, need: int, drawn: int) -> bool:
+        """Whether ``need`` more samples of ``task`` fit in what ``max_samples`` leaves; else recorded and said."""
+        room = self.max_samples - drawn
+        if need <= room:
+            self.out_of_reach.get(variant, {}).pop(task, None)
+            return True
+        if self.out_of_reach.setdefault(variant, {}).get(task) is None:
+            self.log(f"{variant} · {task}: ~{need} more samples to decide, more than --max-samples "
+                     f"{self.max_samples} leaves ({drawn} drawn): no more samples for it")
+        self.out_of_reach[variant][task] = need
+        return False
 
     def _draw(self, runner: Any, needed: set[str]) -> bool:
         """Draw the next round for the ``needed`` tasks; False when none of them can grow."""
@@ -112,7 +143,7 @@ class Rounds:
             if room <= 0:
                 self.capped[task.name] = f"--max-samples {self.max_samples}"
                 continue
-            if task.draw(min(self.round_size, room)) == 0:
+            if task.draw(min(GROWTH * self.round_size, room)) == 0:
                 self.capped[task.name] = f"its {len(task.samples)} samples are all used"
                 continue
             grew = True
@@ -120,4 +151,16 @@ class Rounds:
 
     def _store(self, runner: Any, n_round: int) -> None:
         runner.store.set_meta({"rounds": n_round, "drawn": {t.name: len(t.samples) for t in runner.tasks},
-                               "stop_reason": self.stop_reason, "capped": self.capped})
+                               "stop_reason": self.stop_reason, "capped": self.capped,
+                               "out_of_reach": {v: t for v, t in self.out_of_reach.items() if t}})
+
+
+def pairs_to_decide(gate: Any, variant: str, task: str) -> int:
+    """Samples of ``task`` its slowest open check needs (``more_needed``), a slice check's estimate scaled from its
+    own pairs to the task's (a slice with a third of the samples needs three task samples per pair)."""
+    task_n = max((c.n for c in gate.checks if c.variant == variant and c.task == task), default=0)
+    need = 0
+    for c in gate.checks:
+        if c.variant == variant and c.task == task and c.verdict == "INCONCLUSIVE" and c.more_needed is not None:
+            need = max(need, -(-c.more_needed * task_n // c.n) if c.n and task_n > c.n else c.more_needed)
+    return need

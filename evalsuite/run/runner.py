@@ -19,8 +19,11 @@ from evalsuite.errors import StoreMismatch
 from evalsuite.run.backend import Backend, ModelIdentity, VariantRef
 from evalsuite.run.config import RunConfig
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.run.records import NOISE_SUFFIX
+from evalsuite.run.records import NOISE_SUFFIX, KLDResult
 from evalsuite.run.store import Store
+
+#: KLD method code of rows copied from the baseline (``Runner.copy_baseline``)
+SAME_AS_BASELINE = "identical-to-baseline (KL 0 exactly)"
 
 
 @dataclass
@@ -70,9 +73,35 @@ class Runner:
         for variant, task in pairs:
             if task.name not in wanted[variant.name] or self.out_of_time():
                 continue
+            if variant is not baseline and self.copies_baseline(variant):
+                self.copy_baseline(baseline.name, variant.name, task)
+                continue
             self.generate(variant, variant.name, self.config.batch_size, [task])
             if variant is not baseline and self.config.kld and not self.out_of_time():
                 self.kld(variant, variant.name, baseline.name, kld_batch, [task])
+
+    def copies_baseline(self, variant: VariantRef) -> bool:
+        """Whether ``variant``'s answers are the baseline's (``Backend.same_as_baseline``; ``--recompute-identical``
+        turns this off); said once per variant and recorded in the run's meta."""
+        if not self.config.reuse_identical or not self.backend.same_as_baseline(variant):
+            return False
+        same = self.store.meta().get("same_as_baseline", [])
+        if variant.name not in same:
+            self.log(f"{variant.name}: computes exactly what the baseline computes (bit-identical weights, "
+                     "unquantized cache): its answers are the baseline's, copied, and its KLD is 0")
+            self.store.set_meta({"same_as_baseline": same + [variant.name]})
+        return True
+
+    def copy_baseline(self, baseline: str, name: str, task: PreparedTask) -> None:
+        """Store the baseline's answers to ``task``'s samples as ``name``'s, with KLD 0 on every answer token."""
+        ids = {s.id for s in task.samples}
+        done, kld_done = self.store.done_ids(name, task.name), self.store.kld_done(name, task.name)
+        rows = [r for r in self.store.samples(baseline, task.name) if r.sample_id in ids]
+        self.store.put_samples(dataclasses.replace(r, variant=name) for r in rows if r.sample_id not in done)
+        if self.config.kld:
+            self.store.put_kld(KLDResult(name, task.name, r.sample_id, (0.0,) * max(1, r.n_tokens),
+                                         max(1, r.n_tokens), max(1, r.n_tokens), SAME_AS_BASELINE)
+                               for r in rows if r.sample_id not in kld_done)
 
     def out_of_time(self) -> bool:
         """Whether the run's deadline (a sequential run's wall-clock budget) has passed."""

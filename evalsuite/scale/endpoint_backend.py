@@ -108,6 +108,10 @@ class EndpointBackend:
                 rows.append(KLDResult(name, task.name, key[1], kls, agree, n))
         yield rows
 
+    def same_as_baseline(self, variant: EndpointSpec) -> bool:
+        """A server's weights cannot be compared with the baseline's."""
+        return False
+
     def info(self, variant: EndpointSpec, name: str) -> VariantInfo:
         return VariantInfo(variant=name, spec=variant.to_dict(), weight_bytes=0, weight_formula_bytes=0)
 

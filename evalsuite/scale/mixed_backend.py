@@ -135,6 +135,9 @@ class MixedBackend:
             self._vocab = text_to_id(self.local.loaded.tokenizer)
         return self._vocab
 
+    def same_as_baseline(self, variant: VariantRef) -> bool:
+        return not isinstance(variant, EndpointSpec) and self.local.same_as_baseline(variant)
+
     def info(self, variant: VariantRef, name: str) -> VariantInfo:
         if not isinstance(variant, EndpointSpec):
             return self.local.info(variant, name)

@@ -163,6 +163,10 @@ class RayBackend:
             answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
         return self._fan_out("kld", variant, name, task, indices, batch_size, answers)
 
+    def same_as_baseline(self, variant: VariantSpec) -> bool:
+        """Variants are built on the workers: every one runs (its answers then show it)."""
+        return False
+
     def info(self, variant: VariantSpec, name: str) -> VariantInfo:
         return self._ray_get(self._submit("info", variant.to_dict(), name, None, (), 0))
 

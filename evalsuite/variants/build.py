@@ -26,6 +26,9 @@ class BuiltVariant:
     fingerprint: str | None = None  # artifacts: a hash of the artifact's bytes
     source: str | None = None  # artifacts: the path loaded
     kernels: str = "quanto"  # how quantized Linear layers execute (``KERNELS``)
+    #: computes exactly what the baseline computes (bit-identical weights, same modules, unquantized cache):
+    #: its answers are the baseline's (``variants.identical``)
+    same_as_base: bool = False
 
     @property
     def name(self) -> str:
@@ -73,7 +76,16 @@ def build_variant(base: LoadedModel, spec: VariantSpec, kernels: str = "quanto")
     used = "quanto"
     if kernels == "dequantized" and model is not base.model and dequantize_linears(model):
         used = "dequantized"
-    return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer, weights=weights, kernels=used)
+    return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer, weights=weights, kernels=used,
+                        same_as_base=_disguised_baseline(spec, model, base))
+
+
+def _disguised_baseline(spec: VariantSpec, model: Any, base: LoadedModel) -> bool:
+    """A variant whose forward is the baseline's own (``variants.identical``); a bf16 spec under another name is
+    the baseline's model itself."""
+    from evalsuite.variants.identical import same_computation
+
+    return spec.kv is None and same_computation(model, base.model)
 
 
 def build_artifact(base: LoadedModel, spec: VariantSpec) -> BuiltVariant:
@@ -97,4 +109,5 @@ def build_artifact(base: LoadedModel, spec: VariantSpec) -> BuiltVariant:
     weights = WeightBytes(measured=ab.total, formula=ab.total, quantized_params=ab.quantized_params,
                           unquantized_params=ab.unquantized_params, float_bytes=base.meta.get("weights_bytes"))
     return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer, weights=weights,
-                        fingerprint=artifact_fingerprint(path), source=source)
+                        fingerprint=artifact_fingerprint(path), source=source,
+                        same_as_base=_disguised_baseline(spec, model, base))

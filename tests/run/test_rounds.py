@@ -121,3 +121,38 @@ def test_a_failed_variant_skips_the_rest_of_the_round(tiny, tmp_path, policy):
     assert store.samples("w2g32", "other") == []  # ... so it never ran the second
     assert len(store.samples("noop", "other")) >= 20
     assert gate_store(store, policy).gate.variant_verdicts["w2g32"] == "FAIL"
+
+
+def test_pairs_to_decide_takes_the_slowest_open_check_in_task_samples():
+    from evalsuite.gate.types import CheckResult, GateResult
+    from evalsuite.run.rounds import pairs_to_decide
+
+    def check(slice_, n, verdict, more):
+        return CheckResult("v", "t", slice_, "max_drop", 0.05, 0.0, verdict, "", None, n, more)
+
+    gate = GateResult(checks=[check("all", 30, "INCONCLUSIVE", 40), check("ctx=long", 10, "INCONCLUSIVE", 20),
+                              check("ctx=short", 20, "PASS", None), CheckResult("w", "t", "all", "max_drop", 0.05,
+                                                                                  0.0, "INCONCLUSIVE", "", None, 30,
+                                                                                  500)])
+    assert pairs_to_decide(gate, "v", "t") == 60  # the slice's 20 pairs at a third of the task's samples
+    assert pairs_to_decide(gate, "w", "t") == 500 and pairs_to_decide(gate, "v", "other") == 0
+
+
+def test_a_check_out_of_reach_of_max_samples_stops_drawing(tiny, tmp_path, policy):
+    lines = []
+    config = RunConfig(model="tiny", variants=["bf16", "w4g64"], tasks=["copy"], batch_size=8, max_samples=40,
+                       round_size=20)
+    store = execute(config, tmp_path / "r", False, InProcessBackend.of(tiny, seed=config.seed), progress=False,
+                    log=lines.append, registry=_registry(), policy=tmp_path / "loose.yaml")
+    meta = store.meta()
+    # a near no-op needs ~57 more pairs after 20; 40 leaves 20: the first round is the last
+    assert meta["drawn"]["copy"] == 20 and meta["out_of_reach"]["w4g64"]["copy"] > 20
+    assert meta["stop_reason"] == "every check decided or out of reach of --max-samples"
+    assert any("more than --max-samples 40 leaves" in s for s in lines)
+    (check,) = [c for c in gate_store(store, tmp_path / "loose.yaml").gate.checks if c.check == "max_drop"]
+    assert check.verdict == "INCONCLUSIVE" and check.more_needed == meta["out_of_reach"]["w4g64"]["copy"]
+
+
+@pytest.fixture(autouse=True)
+def _loose_policy(tmp_path):
+    (tmp_path / "loose.yaml").write_text("defaults: {max_kld: null, max_flip_rate: null}\n")

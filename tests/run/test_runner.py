@@ -87,3 +87,24 @@ def test_changed_fingerprint_is_refused(tiny, tmp_path):
     other = wrap_model(make_tiny_model(len(tiny.tokenizer), seed=7), tiny.tokenizer, name="tiny")
     with pytest.raises(StoreMismatch, match="fingerprint"):
         run_model(other, None, store=store)
+
+
+def test_a_variant_identical_to_the_baseline_takes_its_answers_which_recomputing_reproduces(tokenizer, tmp_path):
+    from evalsuite.run.runner import SAME_AS_BASELINE
+    from tests.variants.test_identical import on_int4_grid
+
+    base, lines = on_int4_grid(tokenizer), []
+    backend = InProcessBackend.of(base)
+    generated = []
+    orig = backend.generate
+    backend.generate = lambda v, name, *a: (generated.append(name), orig(v, name, *a))[1]
+    store = run_model(base, tmp_path / "a", ("bf16", "w4g32", "w4g64"), backend=backend, log=lines.append)
+    assert "w4g32" not in generated and "w4g64" in generated
+    assert [r.output for r in store.samples("w4g32")] == [r.output for r in store.samples("bf16")]
+    kld = store.kld("w4g32")
+    assert len(kld) == 6 and all(k.method == SAME_AS_BASELINE and not any(k.token_kld) for k in kld)
+    assert store.meta()["same_as_baseline"] == ["w4g32"] and any("bit-identical" in s for s in lines)
+    again = run_model(base, tmp_path / "b", ("bf16", "w4g32"), reuse_identical=False)  # really generated
+    assert [r.output for r in again.samples("w4g32")] == [r.output for r in store.samples("w4g32")]
+    assert max(x for k in again.kld("w4g32") for x in k.token_kld) < 1e-4  # float noise of other batch shapes
+    assert "same_as_baseline" not in again.meta()
