@@ -7,7 +7,10 @@ after every round with the default checks (max_drop, max_flip_rate 0.2) and stop
 decided (every check PASSes, or one FAILs). The bulk goes through the statistics functions directly
 (vectorised over runs: the confidence sequences depend on the counts only); ``--check`` runs replay through
 the real ``gate_run`` path and must agree. The *fixed-n design* decides once, at n chosen in advance, with
-Tango's score test for max_drop and the Wilson bound for the flip rate, each one-sided at 5%. Usage::
+Tango's score test for max_drop and the Wilson bound for the flip rate, each one-sided at 5%. The *runner's
+schedule* (``--runner first,growth,cap``; default ``make gate``'s 16, +32, up to 96) adds what ``Rounds`` does
+beyond stopping on a decision: it also stops, INCONCLUSIVE, a run none of whose open checks can decide within what
+the cap leaves (by ``more_needed``). Usage::
 
     .venv/bin/python benchmarks/gate_simulation.py [--reps 1000] [--cap 1000] [--max-drop 0.05]
 """
@@ -74,6 +77,62 @@ def fixed_checks(cnt: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
     mid, den = p + Z95 ** 2 / (2 * n), 1 + Z95 ** 2 / n
     flip_lo, flip_hi = (mid - half) / den, (mid + half) / den
     return (z >= Z95) & (flip_hi <= FLIP_LIMIT), (z <= -Z95) | (flip_lo > FLIP_LIMIT)
+
+
+def runner_looks(first: int, growth: int, cap: int) -> np.ndarray:
+    """The runner's look schedule: ``first`` samples, then rounds of ``growth x first`` up to ``cap``."""
+    looks = [first]
+    while looks[-1] < cap:
+        looks.append(min(cap, looks[-1] + growth * first))
+    return np.array(looks)
+
+
+def open_need(cnt: np.ndarray, t: float) -> np.ndarray:
+    """Per run (one look's counts, (reps, 3)): samples after which the quickest undecided check would decide, as
+    the runner estimates it (``sequential.more_needed`` on the observed mix; 0 when the gate is decided)."""
+    m = (1 - t) / 2
+    need = np.zeros(len(cnt), dtype=np.int64)
+    for i, (r2w, same, w2r) in enumerate(cnt):
+        n = r2w + same + w2r
+        drop = seq.more_needed(DIFF_V, np.array([r2w, same, w2r], float), m)
+        flip = seq.more_needed(FLIP_V, np.array([same, r2w + w2r], float), FLIP_LIMIT)
+        need[i] = min([x for x in (drop, flip) if x > 0] or [0]) if n else 0
+    return need
+
+
+def run_runner(codes: np.ndarray, t: float, looks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``Rounds`` as the runner drives it: stop when decided, or INCONCLUSIVE as soon as no open check can decide
+    within what the cap leaves (the out-of-reach rule); (verdict, n used) per run."""
+    passed, failed = sequential_checks(counts(codes, looks), t)
+    verdict, used = np.ones(len(codes), dtype=np.int8), np.full(len(codes), looks[-1])
+    live = np.ones(len(codes), dtype=bool)
+    for j, n in enumerate(looks):
+        done = live & (passed[:, j] | failed[:, j])
+        verdict[done], used[done] = np.where(failed[done, j], 2, 0), n
+        live &= ~done
+        if j + 1 < len(looks) and live.any():
+            idx = np.nonzero(live)[0]
+            cnt = counts(codes[idx], np.array([n]))[:, 0]
+            out = open_need(cnt, t) > looks[-1] - n
+            used[idx[out]] = n
+            live[idx[out]] = False
+    return verdict, used
+
+
+def print_runner(t: float, reps: int, first: int, growth: int, cap: int, seed: int = 0) -> None:
+    """Verdict rates and samples under the runner's own schedule (``make gate``: 16, then +32, up to 96)."""
+    looks = runner_looks(first, growth, cap)
+    print(f"
+The runner's schedule: looks at {', '.join(map(str, looks))}, max_drop {t:g}, out-of-reach stopping; "
+          "PASS / INCONCLUSIVE / FAIL (%), samples used")
+    print("| scenario | churn | PASS / INC / FAIL | mean n | stopped out of reach |")
+    print("|---|---|---|---|---|")
+    for i, sc in enumerate(scenarios(t)):
+        codes = streams(sc, reps, cap, seed + 100 + i)
+        verdict, used = run_runner(codes, t, looks)
+        p, inc, fl = pct(verdict)
+        early = float(np.mean((verdict == 1) & (used < looks[-1]))) * 100
+        print(f"| {sc.label} | {sc.churn:.2f} | {p:.1f} / {inc:.1f} / {fl:.1f} | {used.mean():.0f} | {early:.1f}% |")
 
 
 def run_sequential(passed: np.ndarray, failed: np.ndarray, looks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -195,6 +254,7 @@ def main() -> None:
     ap.add_argument("--round", type=int, default=10)
     ap.add_argument("--max-drop", type=float, nargs="+", default=[0.05])
     ap.add_argument("--check", type=int, default=5, help="runs per scenario replayed through gate_run")
+    ap.add_argument("--runner", default="16,2,96", help="first round, growth, cap of the runner's schedule")
     args = ap.parse_args()
     t0 = time.perf_counter()
     for t in args.max_drop:
@@ -203,6 +263,8 @@ def main() -> None:
         print_by_n(rows, t, [n for n in (10, 20, 30, 50, 100, 200, 500, 1000) if n <= args.cap])
         agree, total = check_replay(rows, t, args.check)
         print(f"\ngate_run replay agrees with the bulk on {agree}/{total} runs")
+        first, growth, cap = (int(x) for x in args.runner.split(","))
+        print_runner(t, args.reps, first, growth, cap)
     print("\nsmallest n at which a copy of the baseline PASSes: "
           + ", ".join(f"max_drop {t:g}: {noop_n(t)}" for t in (0.02, 0.05, 0.10, 0.20)))
     print(f"{args.reps} runs per scenario, {time.perf_counter() - t0:.0f} s")

@@ -160,29 +160,33 @@ class InProcessBackend:
 
     def prefill_hooks(self, variant: VariantSpec, name: str, built: BuiltVariant) -> tuple[Any, Any]:
         """(observer, provider) of this generation's prefills (``run.snapshots``): a weight-only variant keeps its
-        prompts' K/V for its KLD pass; with ``reuse_base_prompts`` the baseline keeps its prompts' K/V and the
-        KV-cache-only variants start from them. The noise floor (the baseline under another name) recomputes."""
+        prompts' K/V for its KLD pass; the baseline keeps its prompts' K/V for the baseline side of every KLD pass
+        (and, with ``reuse_base_prompts``, the KV-cache-only variants start from them). The noise floor (the
+        baseline under another name) recomputes."""
         self.snapshots = PromptSnapshots(self.snapshot_bytes, owner=name)  # the previous generation's are dropped
         if built.model is not self.loaded.model:
             return (self.snapshots.observe if self.snapshot_bytes and variant.kv is None else None), None
-        if name != variant.name or not self.reuse_base_prompts:
+        if name != variant.name:
             return None, None
         if variant.is_baseline:
-            return self.base_prompts.observe, None
-        return None, self.base_prompts.provide(self.loaded.model.config)
+            return (self.base_prompts.observe if self.snapshot_bytes else None), None
+        return None, (self.base_prompts.provide(self.loaded.model.config) if self.reuse_base_prompts else None)
 
     def kld(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
             answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
         built, prompts = self.built(variant), self.prompts(task)
+        order = kld_order(self.loaded.tokenizer, [prompts[i] for i in indices], answers)
         for start in range(0, len(indices), batch_size):
-            chunk = list(indices[start:start + batch_size])
+            chunk = [indices[j] for j in order[start:start + batch_size]]
+            texts = [answers[j] for j in order[start:start + batch_size]]
             ids = [task.samples[i].id for i in chunk]
             keys = [tuple(x) for x in encode_prompts(self.loaded.tokenizer, [prompts[i] for i in chunk])]
             snap = self.snapshots.take(keys) if self.snapshots.owner == name else None
+            base_snap = self.base_prompts.take(keys, keep=True)
             res = teacher_forced_kld(self.loaded.model, built.model, self.loaded.tokenizer,
-                                     [prompts[i] for i in chunk], list(answers[start:start + batch_size]),
+                                     [prompts[i] for i in chunk], texts,
                                      built.make_cache, self._base_lp, (task.name, tuple(ids)),
-                                     prefix_len=self.prefix_len(task), var_snapshot=snap)
+                                     prefix_len=self.prefix_len(task), var_snapshot=snap, base_snapshot=base_snap)
             yield [KLDResult(name, task.name, sid, tuple(k), a, n) for sid, (k, a, n) in zip(ids, res)]
 
     def baseline_logprobs(self, task: PreparedTask, indices: Sequence[int], answers: Sequence[str]) -> Any:
@@ -209,6 +213,16 @@ class InProcessBackend:
                                                                           built.float_bytes),
                            fingerprint=built.fingerprint, source=built.source,
                            kernels=built.kernels if variant.weights.fmt != "none" else None)
+
+
+def kld_order(tokenizer: Any, prompts: Sequence[tuple[str, bool]], answers: Sequence[str]) -> list[int]:
+    """Positions of a KLD pass's samples sorted by (answer tokens, prompt tokens): a batch pads every answer to its
+    longest and every prompt to its longest, so similar lengths together waste little (code answers run from a few
+    tokens to 256). The order is a function of the samples alone, so every variant sees the same batches (the
+    baseline's log-probs are cached per batch)."""
+    ans = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
+    lens = [len(x) for x in encode_prompts(tokenizer, prompts)]
+    return sorted(range(len(answers)), key=lambda j: (ans[j], lens[j], j))
 
 
 def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> float:

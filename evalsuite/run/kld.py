@@ -104,16 +104,24 @@ def encode_answers(tokenizer: Any, answers: Sequence[str]) -> Any:
 
 
 def _baseline_pass(base_model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]], ans: Any,
-                   cache: BaselineLogprobCache, cache_key: Any, prefix_len: int) -> tuple[torch.Tensor, tuple]:
-    """The baseline's answer log-probs (cached under ``cache_key``) and the (rows, head, args) a variant reuses."""
+                   cache: BaselineLogprobCache, cache_key: Any, prefix_len: int,
+                   snapshot: PromptKV | None = None) -> tuple[torch.Tensor, tuple]:
+    """The baseline's answer log-probs (cached under ``cache_key``) and the (rows, head, args) a variant reuses.
+    ``snapshot``: the baseline's prompt K/V kept from its generation (``run.snapshots``), used instead of a prompt
+    prefill (then kept for KV-only variants as a prefill's would be)."""
     ids = encode_prompts(tokenizer, prompts)
     rows = [x[prefix_len:] for x in ids]
     args = (tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
     head = ids[0][:prefix_len]
     keep = (lambda kv: cache.keep_prompt(cache_key, kv)) if cache_key is not None else None  # noqa: E731
-    base_lp = cache.get(cache_key, lambda: _chunked_logprobs(base_model, rows, encode_prefix(base_model, head),
-                                                               None, *args, keep))
-    return base_lp, (rows, head, args)
+
+    def compute() -> torch.Tensor:
+        if snapshot is None:
+            return _chunked_logprobs(base_model, rows, encode_prefix(base_model, head), None, *args, keep)
+        if keep is not None:
+            keep(snapshot)
+        return _from_snapshot(base_model, snapshot, None, *args[1:])
+    return cache.get(cache_key, compute), (rows, head, args)
 
 
 @torch.no_grad()
@@ -133,18 +141,19 @@ def baseline_answer_logprobs(base_model: Any, tokenizer: Any, prompts: Sequence[
 def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]],
                        answers: Sequence[str], make_cache: Callable[[], Any] | None = None,
                        base_cache: BaselineLogprobCache | None = None, cache_key: Any = None,
-                       prefix_len: int = 0, var_snapshot: PromptKV | None = None
-                       ) -> list[tuple[list[float], int, int]]:
+                       prefix_len: int = 0, var_snapshot: PromptKV | None = None,
+                       base_snapshot: PromptKV | None = None) -> list[tuple[list[float], int, int]]:
     """Per sample: (KL(base || variant) per answer token, top-1 agreements, answer tokens) for one batch.
 
     With ``base_cache`` and ``cache_key`` the baseline's log-probs of this batch are computed once and reused.
     ``prefix_len`` tokens shared by every prompt are encoded once per model and batch, as the decoder does.
     ``var_snapshot``: the variant's own prompt K/V, last logits and mask for this batch, kept from its generation
-    (``run.snapshots``); used instead of a prompt prefill when its cache takes an exact prefill."""
+    (``run.snapshots``); used instead of a prompt prefill when its cache takes an exact prefill. ``base_snapshot``:
+    the same for the baseline, kept from the baseline's generation."""
     ans = encode_answers(tokenizer, answers)
     cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0, 0)
     base_lp, (rows, head, args) = _baseline_pass(base_model, tokenizer, prompts, ans, cache, cache_key,
-                                                 prefix_len)
+                                                 prefix_len, base_snapshot)
     var_cache = make_cache() if make_cache else None
     if var_snapshot is not None and exact_prefill(var_cache):
         var_lp = _from_snapshot(var_model, var_snapshot, var_cache, *args[1:])

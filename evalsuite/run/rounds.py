@@ -6,9 +6,9 @@ task) whose checks are all decided (PASS or FAIL) stops asking for samples, a va
 and the next round draws ``GROWTH x round_size`` more samples only for tasks some variant still needs (the
 baseline answers them; decided variants skip them). Round 1 is small so a broken variant FAILs after a few samples;
 the survivors typically need many more pairs (a no-op about 77 per task at max_drop 0.05), and larger rounds give
-the decoder larger batches. A (variant, task) whose slowest open check needs, by its own estimate (``more_needed``,
-from the observed discordance), more samples than ``max_samples`` leaves stops drawing too: it cannot be decided in
-this run, and its samples would only spend the budget the decidable ones need (it stays INCONCLUSIVE with its
+the decoder larger batches. A (variant, task) none of whose open checks can decide, by their own estimates
+(``more_needed``, from the observed discordance), within what ``max_samples`` leaves stops drawing too: it cannot
+be decided in this run, and its samples would only spend the budget the decidable ones need (it stays INCONCLUSIVE with its
 estimate; ``out_of_reach`` in the run's meta). The run ends when nothing is undecided, when every undecided task
 hit ``max_samples`` (or its finite stream ended), or when the wall-clock budget is spent: no new (variant, task)
 starts and a generation in progress stops after its current batch, so a round can end partway (rounds go task by
@@ -156,11 +156,11 @@ class Rounds:
 
 
 def pairs_to_decide(gate: Any, variant: str, task: str) -> int:
-    """Samples of ``task`` its slowest open check needs (``more_needed``), a slice check's estimate scaled from its
-    own pairs to the task's (a slice with a third of the samples needs three task samples per pair)."""
+    """Samples of ``task`` after which its quickest open check would decide (``more_needed``), a slice check's
+    estimate scaled from its own pairs to the task's (a slice with a third of the samples needs three task samples
+    per pair). The quickest, not the slowest: one check's FAIL decides the variant, and a PASSed check leaves the
+    others to be re-estimated next round; only when no open check can decide is the task out of reach."""
     task_n = max((c.n for c in gate.checks if c.variant == variant and c.task == task), default=0)
-    need = 0
-    for c in gate.checks:
-        if c.variant == variant and c.task == task and c.verdict == "INCONCLUSIVE" and c.more_needed is not None:
-            need = max(need, -(-c.more_needed * task_n // c.n) if c.n and task_n > c.n else c.more_needed)
-    return need
+    needs = [-(-c.more_needed * task_n // c.n) if c.n and task_n > c.n else c.more_needed for c in gate.checks
+             if c.variant == variant and c.task == task and c.verdict == "INCONCLUSIVE" and c.more_needed is not None]
+    return min(needs, default=0)

@@ -123,14 +123,14 @@ def test_a_failed_variant_skips_the_rest_of_the_round(tiny, tmp_path, policy):
     assert gate_store(store, policy).gate.variant_verdicts["w2g32"] == "FAIL"
 
 
-def test_pairs_to_decide_takes_the_slowest_open_check_in_task_samples():
+def test_pairs_to_decide_takes_the_quickest_open_check_in_task_samples():
     from evalsuite.gate.types import CheckResult, GateResult
     from evalsuite.run.rounds import pairs_to_decide
 
     def check(slice_, n, verdict, more):
         return CheckResult("v", "t", slice_, "max_drop", 0.05, 0.0, verdict, "", None, n, more)
 
-    gate = GateResult(checks=[check("all", 30, "INCONCLUSIVE", 40), check("ctx=long", 10, "INCONCLUSIVE", 20),
+    gate = GateResult(checks=[check("all", 30, "INCONCLUSIVE", 90), check("ctx=long", 10, "INCONCLUSIVE", 20),
                               check("ctx=short", 20, "PASS", None), CheckResult("w", "t", "all", "max_drop", 0.05,
                                                                                   0.0, "INCONCLUSIVE", "", None, 30,
                                                                                   500)])

@@ -64,9 +64,15 @@ def test_generation_keeps_snapshots_only_for_own_weights_and_kld_takes_them(tiny
         rows = [r for batch in backend.generate(spec, spec.name, task, [0, 1, 2], 4) for r in batch]
         assert len(backend.snapshots.rows) == expect, spec.name
     answers = [r.output for r in rows]
-    list(backend.kld(w4, w4.name, task, [0, 1, 2], answers, 4))
+    assert len(backend.base_prompts.rows) == 3  # the baseline's prompts, for the baseline side of every KLD pass
+    got = [k for b in backend.kld(w4, w4.name, task, [0, 1, 2], answers, 4) for k in b]
     assert not backend.snapshots.rows  # taken by the KLD pass
-    assert not backend.base_prompts.rows  # the baseline's prompts are kept only with reuse_base_prompts
+    assert len(backend.base_prompts.rows) == 3  # kept for the next variant
+    fresh = InProcessBackend.of(tiny, snapshot_bytes=0)  # both prompt prefills recomputed
+    ref = {k.sample_id: k for b in fresh.kld(w4, w4.name, task, [0, 1, 2], answers, 4) for k in b}
+    for k in got:
+        assert k.n_tokens == ref[k.sample_id].n_tokens
+        assert k.mean == pytest.approx(ref[k.sample_id].mean, rel=1e-3, abs=1e-6)
 
 
 def _prefill_forwards(model):
