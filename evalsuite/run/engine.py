@@ -98,6 +98,22 @@ def encode_prefix(model: Any, ids: Sequence[int], cache: Any = None) -> Prefix |
     return Prefix(tuple(ids), tuple((layer.keys, layer.values) for layer in cache.layers))
 
 
+def plan_batches(lengths: Sequence[int], max_batch: int, max_tokens: int) -> list[list[int]]:
+    """Length-sorted batches of indices, each at most ``max_batch`` prompts and ``max_tokens`` padded tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        longest = max([lengths[j] for j in cur] + [lengths[i]])
+        if cur and (len(cur) >= max_batch or longest * (len(cur) + 1) > max_tokens):
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
 def exact_prefill(cache: Any) -> bool:
     """Whether ``cache``'s prefill lets the prompt attend to full-precision K/V (so a computed prefill transfers)."""
     if cache is None:

@@ -5,7 +5,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from evalsuite.run.engine import Decoded, Prefix, common_prefix_len, decode, encode_prefix
+from evalsuite.run.engine import Decoded, Prefix, common_prefix_len, decode, encode_prefix, plan_batches
 from evalsuite.run.refill import can_refill, decode_refill
 from evalsuite.tasks.base import GenSettings
 
@@ -19,22 +19,6 @@ class Generation:
     prompt_tokens: int
     ttft_s: float | None
     itl_s: float | None
-
-
-def plan_batches(lengths: Sequence[int], max_batch: int, max_tokens: int) -> list[list[int]]:
-    """Length-sorted batches of indices, each at most ``max_batch`` prompts and ``max_tokens`` padded tokens."""
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    for i in order:
-        longest = max([lengths[j] for j in cur] + [lengths[i]])
-        if cur and (len(cur) >= max_batch or longest * (len(cur) + 1) > max_tokens):
-            batches.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        batches.append(cur)
-    return batches
 
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> str:

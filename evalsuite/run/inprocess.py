@@ -175,12 +175,13 @@ class InProcessBackend:
     def kld(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
             answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
         built, prompts = self.built(variant), self.prompts(task)
-        order = kld_order(self.loaded.tokenizer, [prompts[i] for i in indices], answers)
+        prompt_ids = [tuple(x) for x in encode_prompts(self.loaded.tokenizer, [prompts[i] for i in indices])]
+        order = kld_order(self.loaded.tokenizer, [len(x) for x in prompt_ids], answers)
         for start in range(0, len(indices), batch_size):
             chunk = [indices[j] for j in order[start:start + batch_size]]
             texts = [answers[j] for j in order[start:start + batch_size]]
+            keys = [prompt_ids[j] for j in order[start:start + batch_size]]
             ids = [task.samples[i].id for i in chunk]
-            keys = [tuple(x) for x in encode_prompts(self.loaded.tokenizer, [prompts[i] for i in chunk])]
             snap = self.snapshots.take(keys) if self.snapshots.owner == name else None
             base_snap = self.base_prompts.take(keys, keep=True)
             res = teacher_forced_kld(self.loaded.model, built.model, self.loaded.tokenizer,
@@ -215,14 +216,13 @@ class InProcessBackend:
                            kernels=built.kernels if variant.weights.fmt != "none" else None)
 
 
-def kld_order(tokenizer: Any, prompts: Sequence[tuple[str, bool]], answers: Sequence[str]) -> list[int]:
+def kld_order(tokenizer: Any, prompt_lens: Sequence[int], answers: Sequence[str]) -> list[int]:
     """Positions of a KLD pass's samples sorted by (answer tokens, prompt tokens): a batch pads every answer to its
     longest and every prompt to its longest, so similar lengths together waste little (code answers run from a few
     tokens to 256). The order is a function of the samples alone, so every variant sees the same batches (the
     baseline's log-probs are cached per batch)."""
     ans = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
-    lens = [len(x) for x in encode_prompts(tokenizer, prompts)]
-    return sorted(range(len(answers)), key=lambda j: (ans[j], lens[j], j))
+    return sorted(range(len(answers)), key=lambda j: (ans[j], prompt_lens[j], j))
 
 
 def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> float:

@@ -30,7 +30,7 @@ from transformers.cache_utils import DynamicLayer
 
 from evalsuite.models.device import synchronize
 from evalsuite.run.growcache import grow_cache
-from evalsuite.run.engine import Decoded, Prefix, pick_tokens, plain_dynamic, prefill, take_token
+from evalsuite.run.engine import Decoded, Prefix, pick_tokens, plain_dynamic, plan_batches, prefill, take_token
 from evalsuite.tasks.base import GenSettings
 
 
@@ -120,14 +120,7 @@ def prefill_chunks(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     rows) at most ``max_tokens`` (one prompt alone may exceed it). A prefill's matmuls are already at full rate
     from about a thousand tokens, so one forward over every newcomer only adds padding: with HumanEval's prompts
     (50 to 400 tokens) in one batch most of its work was padding."""
-    order = sorted(range(len(lengths)), key=lambda j: (lengths[j], j))
-    chunks: list[list[int]] = []
-    for j in order:
-        if chunks and lengths[j] * (len(chunks[-1]) + 1) <= max_tokens:
-            chunks[-1].append(j)
-        else:
-            chunks.append([j])
-    return chunks
+    return plan_batches(lengths, max(1, len(lengths)), max_tokens)
 
 
 def decode_refill(model: Any, tokenizer: Any, ids: Sequence[Sequence[int]], gen: GenSettings,
