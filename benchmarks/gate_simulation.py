@@ -8,16 +8,19 @@ decided (every check PASSes, or one FAILs). The bulk goes through the statistics
 (vectorised over runs: the confidence sequences depend on the counts only); ``--check`` runs replay through
 the real ``gate_run`` path and must agree. The *fixed-n design* decides once, at n chosen in advance, with
 Tango's score test for max_drop and the Wilson bound for the flip rate, each one-sided at 5%. The *runner's
-schedule* (``--runner first,growth,cap``; default ``make gate``'s 16, +32, up to 96) adds what ``Rounds`` does
-beyond stopping on a decision: it also stops, INCONCLUSIVE, a run none of whose open checks can decide within what
-the cap leaves (by ``more_needed``). Usage::
+schedule* (``--runner first,growth,cap``; default 16, +32, +64, +128 up to 240, the rounds' geometric draws) adds
+what ``Rounds`` does beyond stopping on a decision: it also stops, INCONCLUSIVE, a run none of whose open checks can decide within what
+the cap leaves (by ``more_needed``). ``--tasks`` adds several tasks per variant with every check and the pooled
+early FAIL (``gate_simulation_tasks.py``). Usage::
 
-    .venv/bin/python benchmarks/gate_simulation.py [--reps 1000] [--cap 1000] [--max-drop 0.05]
+    .venv/bin/python benchmarks/gate_simulation.py [--reps 1000] [--cap 1000] [--max-drop 0.05] [--tasks 48,112,240]
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +31,8 @@ from evalsuite.gate.verdict import gate_run
 from evalsuite.run.records import SampleResult
 from evalsuite.stats import sequential as seq
 from evalsuite.stats.paired import tango_z
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gate_simulation_tasks, beside this file
 
 P_BASE, FLIP_LIMIT, Z95 = 0.6, 0.2, float(norm.ppf(0.95))
 FLIP_V, DIFF_V = np.array([0.0, 1.0]), np.array([0.0, 0.5, 1.0])
@@ -80,10 +85,12 @@ def fixed_checks(cnt: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def runner_looks(first: int, growth: int, cap: int) -> np.ndarray:
-    """The runner's look schedule: ``first`` samples, then rounds of ``growth x first`` up to ``cap``."""
-    looks = [first]
+    """The runner's look schedule: ``first`` samples, then draws growing ``growth``-fold (16, 48, 112, 240 at 16, 2)
+    up to ``cap`` (``rounds.draw_size`` when every check asks for more than a round)."""
+    looks, step = [first], growth * first
     while looks[-1] < cap:
-        looks.append(min(cap, looks[-1] + growth * first))
+        looks.append(min(cap, looks[-1] + step))
+        step *= growth
     return np.array(looks)
 
 
@@ -120,7 +127,7 @@ def run_runner(codes: np.ndarray, t: float, looks: np.ndarray) -> tuple[np.ndarr
 
 
 def print_runner(t: float, reps: int, first: int, growth: int, cap: int, seed: int = 0) -> None:
-    """Verdict rates and samples under the runner's own schedule (``make gate``: 16, then +32, up to 96)."""
+    """Verdict rates and samples under the runner's own schedule (16, 48, 112, 240: draws doubling)."""
     looks = runner_looks(first, growth, cap)
     print(f"\nThe runner's schedule: looks at {', '.join(map(str, looks))}, max_drop {t:g}, out-of-reach stopping; "
           "PASS / INCONCLUSIVE / FAIL (%), samples used")
@@ -257,10 +264,21 @@ def main() -> None:
     ap.add_argument("--round", type=int, default=10)
     ap.add_argument("--max-drop", type=float, nargs="+", default=[0.05])
     ap.add_argument("--check", type=int, default=5, help="runs per scenario replayed through gate_run")
-    ap.add_argument("--runner", default="16,2,96", help="first round, growth, cap of the runner's schedule")
+    ap.add_argument("--runner", default="16,2,240", help="first round, growth, cap of the runner's schedule")
+    ap.add_argument("--tasks", default="48,112,240",
+                    help="several tasks per variant, all checks with the pooled FAIL: pairs per task the budget "
+                         "affords (comma-separated; empty: skip)")
+    ap.add_argument("--prior", default="c", choices=["c", "c2", "uniform"],
+                    help="prior of the betting mixture over c (shipped: proportional to c)")
+    ap.add_argument("--single", action=argparse.BooleanOptionalAction, default=True, help="the one-task tables")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    for t in args.max_drop:
+    from gate_simulation_tasks import print_multi, set_prior
+
+    set_prior(args.prior)
+    if args.tasks:
+        print_multi(args.reps, [int(x) for x in args.tasks.split(",")])
+    for t in args.max_drop if args.single else []:
         rows = simulate(t, args.reps, args.cap, args.round, fixed_max=max(2000, args.cap))
         print_sequential(rows, t, args.round, args.cap)
         print_by_n(rows, t, [n for n in (10, 20, 30, 50, 100, 200, 500, 1000) if n <= args.cap])

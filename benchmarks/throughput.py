@@ -13,9 +13,11 @@ at the model's shapes (``evalsuite.models.dtype``) and runs both tools at the fa
 from __future__ import annotations
 
 import argparse
+import inspect
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 
 def run_evalsuite(base, task, batch_size: int, run_dir: Path, refill: bool = True, pool_factor: int = 1) -> float:
@@ -43,16 +45,47 @@ def run_evalsuite(base, task, batch_size: int, run_dir: Path, refill: bool = Tru
     return elapsed
 
 
-def run_lm_eval(base, folder: Path, name: str, batch_size: int) -> float:
-    from lm_eval import simple_evaluate
+def make_hflm(model: Any, tokenizer: Any, batch_size: int, make_cache: Callable[[], Any] | None = None) -> Any:
+    """lm-eval's HFLM over an in-memory model; ``make_cache`` (e.g. a variant's quantized KV cache factory) gives
+    every ``generate`` call a fresh cache of that kind instead of transformers' DynamicCache."""
     from lm_eval.models.huggingface import HFLM
+
+    class CacheHFLM(HFLM):
+        def _model_generate(self, context, max_length, stop, **generation_kwargs):  # type: ignore[override]
+            if make_cache is not None:  # transformers >= 5.2x calls it ``cache``, before ``past_key_values``
+                forward = inspect.signature(self.model.forward).parameters
+                generation_kwargs["cache" if "cache" in forward else "past_key_values"] = make_cache()
+            return super()._model_generate(context, max_length, stop, **generation_kwargs)
+
+    return CacheHFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+
+
+def lm_eval_generate(model: Any, tokenizer: Any, folder: Path | list[Path], names: list[str], batch_size: int,
+                     make_cache: Callable[[], Any] | None = None, keep_outputs: bool = False
+                     ) -> tuple[float, dict[str, dict[str, str]]]:
+    """One ``simple_evaluate`` over exported tasks ``names``: seconds, and (``keep_outputs``) each task's
+    outputs by sample id."""
+    from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    lm = HFLM(pretrained=base.model, tokenizer=base.tokenizer, batch_size=batch_size)
-    manager = TaskManager(include_path=str(folder), include_defaults=False)
+    lm = make_hflm(model, tokenizer, batch_size, make_cache)
+    include = [str(f) for f in folder] if isinstance(folder, list) else str(folder)
+    manager = TaskManager(include_path=include, include_defaults=False)
     start = time.perf_counter()
-    simple_evaluate(model=lm, tasks=[name], task_manager=manager, log_samples=False, verbosity="ERROR")
-    return time.perf_counter() - start
+    results = simple_evaluate(model=lm, tasks=names, task_manager=manager, log_samples=keep_outputs,
+                              verbosity="ERROR")
+    elapsed = time.perf_counter() - start
+    outputs: dict[str, dict[str, str]] = {}
+    for task, rows in ((results or {}).get("samples") or {}).items():
+        outputs[task] = {}
+        for row in rows:
+            resp = row["filtered_resps"][0] if row.get("filtered_resps") else row["resps"][0]
+            outputs[task][str(row["doc"]["id"])] = resp[0] if isinstance(resp, list) else resp
+    return elapsed, outputs
+
+
+def run_lm_eval(base, folder: Path, name: str, batch_size: int) -> float:
+    return lm_eval_generate(base.model, base.tokenizer, folder, [name], batch_size)[0]
 
 
 def bench_task(base, name: str, args: argparse.Namespace, tmp: Path) -> None:

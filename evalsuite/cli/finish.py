@@ -51,12 +51,24 @@ def gate_and_report(store: Store, policy: Path | None, echo: Callable[[str], Non
         drawn = ", ".join(f"{t} {n}" for t, n in sorted(meta.get("drawn", {}).items()))
         echo(f"sequential: {meta['rounds']} round(s), samples drawn per task: {drawn}; stopped: "
              f"{meta.get('stop_reason') or 'interrupted'}")
-    for v, verdict in gated.gate.variant_verdicts.items():
-        echo(f"{v:<24} {verdict}")
-    echo(f"overall: {gated.gate.overall} (exit {gated.gate.exit_code})")
     if report:
         from evalsuite.report.build import write_report
 
         path = write_report(store, gated, reports_root())
         echo(f"report: {path / 'index.html'}")
+    for line in decision_lines(gated):
+        echo(line)
     return gated.gate.exit_code
+
+
+def decision_lines(gated: GatedRun) -> list[str]:
+    """The last lines: each variant's verdict with its pairs per task, which may ship, the exit code."""
+    n = {(s.variant, s.task): s.n for s in gated.stats if s.slice == "all"}
+    lines, ship, hold = [], [], []
+    for v, verdict in gated.gate.variant_verdicts.items():
+        per_task = ", ".join(f"{t} n={k}" for (name, t), k in n.items() if name == v)
+        lines.append(f"{v:<24} {verdict}" + (f"  ({per_task})" if per_task else ""))
+        (ship if verdict == "PASS" else hold).append(v if verdict == "PASS" else f"{v} ({verdict})")
+    lines.append(f"may ship: {', '.join(ship) or 'none'}; may not ship: {', '.join(hold) or 'none'}")
+    lines.append(f"overall: {gated.gate.overall} (exit {gated.gate.exit_code})")
+    return lines

@@ -46,11 +46,13 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True, help="Comma-separated tasks.")
 @click.option("--limit", type=click.IntRange(min=1), help="A fixed set: at most N samples per task (spread evenly).")
 @click.option("--max-samples", type=click.IntRange(min=1),
-              help="Sequential rounds: draw samples until the gate decides, at most N per task.")
+              help="Sequential rounds: draw samples until the gate decides; a safety cap of N per task (with "
+                   "--budget the default is each task's stream size, or 1000 for an endless stream).")
 @click.option("--round-size", default=16, show_default=True, type=click.IntRange(min=1),
               help="Samples per task per round (with --max-samples).")
 @click.option("--budget", "budget", metavar="DURATION",
-              help="Wall-clock budget of a sequential run, e.g. 600, 90s, 10m, 1h: no new round once spent.")
+              help="Wall-clock budget of a sequential run, e.g. 600, 90s, 10m, 1h: what ends the run (sequential "
+                   "rounds; a (variant, task) stops when its open checks cannot decide in what is left).")
 @click.option("--seed", default=1234, show_default=True, help="Sample-generation seed.")
 @click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE", help="Override a task parameter.")
 @click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
@@ -64,6 +66,9 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--baseline", "baseline_dir", type=click.Path(path_type=Path),
               help="Stored baselines folder to reuse (strict: a mismatch is an error). Default: reuse a matching "
                    "one from ./baselines when present.")
+@click.option("--store-baseline", "store_baseline", type=click.Path(path_type=Path),
+              help="Reuse the matching stored baseline answers in this folder and store this run's back (grown: "
+                   "a later run regenerates none of them and asks the baseline only for new samples).")
 @click.option("--lm-eval-task", "lm_eval_tasks", multiple=True,
               help="Also run this lm-eval generate_until task (the task 'lm_eval:NAME'; local data).")
 @click.option("--lm-eval-include", type=click.Path(path_type=Path),
@@ -77,16 +82,27 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--recompute-identical", is_flag=True,
               help="Generate even for a variant that computes exactly what the baseline computes (bit-identical "
                    "weights, unquantized cache); by default it takes the baseline's answers and KLD 0.")
+@click.option("--verify", "verify", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="Greedy variants are checked against the baseline's answer ids in one teacher-forced pass and "
+                   "decode only after a divergence (the same answers, docs/verification.md); off: every variant "
+                   "generates every answer.")
+@click.option("--verify-audit", type=float, default=0.0, show_default=True, metavar="F",
+              help="Regenerate a seeded fraction F (0-1) of the verified samples in full and record how many agree.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Fan (variant x task x shard) units out to Ray (a local instance, or ADDRESS).")
+@click.option("--engine", type=click.Choice(["inprocess", "vllm"]), default=None,
+              help="vllm: evalsuite serves the baseline and every variant with vLLM servers it starts (docs/vllm.md).")
+@click.option("--vllm-python", metavar="PATH", envvar="EVALSUITE_VLLM_PYTHON",
+              help="Python with vLLM for --engine vllm (default: the venv `make vllm` builds).")
 def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, limit: int | None,
         max_samples: int | None, round_size: int, budget: str | None, seed: int, params: tuple[str, ...],
         batch_size: int, out: Path | None, run_id: str | None, resume: str | None, policy: Path | None,
-        no_gate: bool, kld: bool, noise_floor: bool, baseline_dir: Path | None, lm_eval_tasks: tuple[str, ...],
+        no_gate: bool, kld: bool, noise_floor: bool, baseline_dir: Path | None, store_baseline: Path | None,
+        lm_eval_tasks: tuple[str, ...],
         lm_eval_include: Path | None, weight_kernels: str, reuse_prompt_kv: bool, recompute_identical: bool,
-        quiet: bool,
-        ray_address: str | None = None) -> int:
+        verify: str, verify_audit: float, quiet: bool,
+        ray_address: str | None = None, engine: str | None = None, vllm_python: str | None = None) -> int:
     """Run the baseline and every variant on the same samples of each task, store every scored sample as it
     completes (SQLite, resumable), measure memory and speed, then gate against a policy.
 
@@ -101,6 +117,8 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
 
     root = out or runs_root()
     load_policy(policy)  # a bad policy is refused before anything loads or runs
+    if not 0.0 <= verify_audit <= 1.0:
+        raise EvalsuiteError(f"--verify-audit must be a fraction in [0, 1], got {verify_audit}")
     if device is not None or not resume:
         device = check_device(device)  # a bad or absent device: one line, exit 2, no run folder
     if resume:
@@ -109,6 +127,8 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
         config.device = device or check_device(config.device)  # the stored device unless --device is given
         if budget is not None:  # a budgeted run continues under a new budget
             config.budget_s = parse_duration(budget)
+        if max_samples is not None:  # ... and under a new cap
+            config.max_samples = max_samples
     else:
         task_list = [t.strip() for t in tasks.split(",") if t.strip()]
         task_params = parse_params(params)
@@ -118,21 +138,28 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
                 task_params.setdefault(f"lm_eval:{name}", {})["include"] = str(lm_eval_include.resolve())
         if limit is not None and max_samples is not None:
             raise EvalsuiteError("--limit (a fixed set) and --max-samples (sequential rounds) exclude each other")
-        if budget is not None and max_samples is None:
-            raise EvalsuiteError("--budget needs --max-samples (it bounds a sequential run)")
+        if limit is not None and budget is not None:
+            raise EvalsuiteError("--limit (a fixed set) and --budget (sequential rounds) exclude each other")
+        if store_baseline is not None and baseline_dir is not None:
+            raise EvalsuiteError("--baseline (strict reuse) and --store-baseline (reuse and grow) exclude each other")
         config = RunConfig(model=model, dtype=dtype, device=device or "auto", variants=split_specs(variants),
                            tasks=task_list, task_params=task_params, seed=seed, limit=limit, batch_size=batch_size,
                            kld=kld, noise_floor=noise_floor, max_samples=max_samples, round_size=round_size,
                            budget_s=parse_duration(budget) if budget is not None else None,
                            weight_kernels=weight_kernels, reuse_prompt_kv=reuse_prompt_kv,
-                           reuse_identical=not recompute_identical)
+                           reuse_identical=not recompute_identical, verify=verify == "on",
+                           verify_audit=verify_audit)
         run_dir = root / (run_id or new_run_id())
     set_run_dir(run_dir)
     quiet_libraries()
-    baselines = baseline_dir or (baselines_root() if baselines_root().exists() else None)
-    store = execute(config, run_dir, resume=bool(resume), backend=make_backend(config, run_dir, ray_address),
+    baselines = store_baseline or baseline_dir or (baselines_root() if baselines_root().exists() else None)
+    from evalsuite.served.cli import engine_backend
+
+    backend = engine_backend(config, run_dir, engine, vllm_python, bool(resume)) or \
+        make_backend(config, run_dir, ray_address)
+    store = execute(config, run_dir, resume=bool(resume), backend=backend,
                     progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None,
-                    policy=policy)
+                    policy=policy, grow_baseline=store_baseline is not None)
     click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
     header, rows = score_table(store)
     click.echo(table(rows, header))

@@ -22,6 +22,9 @@ class CheckResult:
     ci: tuple[float, float] | None = None
     n: int = 0  # paired samples the decision used
     more_needed: int | None = None  # INCONCLUSIVE: about how many more paired samples would decide it
+    #: the pooled check (task "*"): the tasks it pools, and each one's pairs (so the runner can share out
+    #: more_needed); empty on every other check
+    pools: tuple[tuple[str, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

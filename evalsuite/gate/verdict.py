@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence, Set
 import numpy as np
 
 from evalsuite.gate.policy import Policy, Thresholds
+from evalsuite.gate.pooled import POOLED, pooled_check
 from evalsuite.run.records import KLDResult, SampleResult
 from evalsuite.stats.compare import compare
 from evalsuite.stats import sequential as seq
@@ -54,7 +55,8 @@ def _label(task: str, slice_name: str) -> str:
 
 
 def _n(st: PairedStats) -> str:
-    return f"n={st.n}" + (f", {st.n_unpaired} unpaired" if st.n_unpaired else "")
+    info = f", {st.n_informative} with a side right" if st.n_informative is not None else ""
+    return f"n={st.n}" + info + (f", {st.n_unpaired} unpaired" if st.n_unpaired else "")
 
 
 def _check(st: PairedStats, check: str, threshold: float, observed: float, verdict: Verdict, reason: str,
@@ -183,13 +185,18 @@ def _variant_checks(variant: str, idx: Mapping[tuple[str, str, str], PairedStats
     tasks += [t for t in expected if t not in tasks]
     tasks += [t for t, tp in policy.tasks.items() if t not in tasks and not tp.optional]
     checks: list[CheckResult] = []
+    pools: list[tuple[PairedStats, float]] = []
     for task in tasks:
         targets = [(ALL, policy.thresholds(task))] + [(r.name, policy.thresholds(task, r))
                                                       for r in policy.slices(task)]
         for slice_name, th in targets:
             st = idx.get((variant, task, slice_name))
             checks += slice_checks(st, th) if st else [_missing(variant, task, slice_name, th, known, expected)]
-    return checks
+            if st is not None and slice_name == ALL and th.max_drop is not None and st.n >= max(th.min_samples, 1):
+                pools.append((st, th.max_drop))
+    passed = all(c.verdict == "PASS" for c in checks if c.check == "max_drop" and c.slice == ALL)
+    pooled = pooled_check(variant, pools, passed)
+    return checks + ([pooled] if pooled is not None else [])
 
 
 def evaluate_gate(stats: Sequence[PairedStats], policy: Policy, variants: Sequence[str] | None = None,
@@ -211,7 +218,8 @@ def evaluate_gate(stats: Sequence[PairedStats], policy: Policy, variants: Sequen
 
 
 def undecided(gate: GateResult) -> dict[str, set[str]]:
-    """variant -> tasks that still have an INCONCLUSIVE check more samples could decide (more_needed set).
+    """variant -> tasks that still have an INCONCLUSIVE check more samples could decide (more_needed set); an
+    open pooled check makes every task it pools open.
 
     The runner calls this after each round: a variant absent from the result needs no more samples. A variant
     that already FAILs is absent too: the sequences are valid at any stopping time, so its FAIL stands.
@@ -220,7 +228,7 @@ def undecided(gate: GateResult) -> dict[str, set[str]]:
     for c in gate.checks:
         if (c.verdict == "INCONCLUSIVE" and c.more_needed is not None
                 and gate.variant_verdicts.get(c.variant) != "FAIL"):
-            out.setdefault(c.variant, set()).add(c.task)
+            out.setdefault(c.variant, set()).update([t for t, _ in c.pools] if c.task == POOLED else [c.task])
     return out
 
 

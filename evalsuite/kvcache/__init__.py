@@ -12,18 +12,19 @@ transformers' QuantizedCache does); ``quantized`` returns what is stored, so eve
 quantization of all flushed tokens (chunked prefill / prefix caching in serving engines).
 
 Bytes and speed: ``cache_nbytes`` counts what a quantized cache must hold, i.e. packed payload + scales/zero points
-+ the full-precision residual. By default (``keep_dequantized=True``) each layer also keeps a dequantized copy of
-the quantized part, in the same buffer as the residual, so a decode step writes one token in place and a flush
-dequantizes only its new block. This copy is a compute cache (it trades RAM for speed on hardware without fused
-low-bit attention kernels) and is *not* counted in ``cache_nbytes``; it never changes the values attention reads.
-``make_cache(..., keep_dequantized=False)`` drops it and dequantizes every block at every step (the naive cost).
++ the full-precision residual. Each layer also keeps a dequantized copy of the quantized part, in the same buffer
+as the residual, so a decode step writes one token in place and a flush dequantizes only its new block. This copy
+is a compute cache (it trades RAM for speed on hardware without fused low-bit attention kernels) and is *not*
+counted in ``cache_nbytes``; it never changes the values attention reads. (There is no packed decode path: on any
+hardware this cache shows the quality of a quantized cache, not its bandwidth gain.)
 
-Left padding: padded positions are quantized like any token, so in batched runs a pad token's key can widen the
-range of the per-channel group it falls in (transformers' QuantizedCache behaves the same way).
+Padding: flushes count each row's own tokens (the decoder ``track``s its attention mask), so padding is never part
+of a quantization group and a row's K/V do not depend on its batch (``kvcache.layer``). transformers'
+QuantizedCache groups batch columns, padding included.
 """
 from evalsuite.kvcache.cache import (QuantKVCache, cache_nbytes, kv_bytes_for_length, kv_bytes_per_token,
-                                     make_cache, model_dims, plan_for)
+                                     make_cache, model_dims, plan_for, track_mask)
 from evalsuite.kvcache.config import KVConfig
 
 __all__ = ["KVConfig", "QuantKVCache", "cache_nbytes", "kv_bytes_for_length", "kv_bytes_per_token", "make_cache",
-           "model_dims", "plan_for"]
+           "model_dims", "plan_for", "track_mask"]

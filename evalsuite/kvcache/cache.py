@@ -9,20 +9,32 @@ from transformers.cache_utils import Cache, DynamicLayer, QuantizedCache, get_la
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.kvcache.config import KVConfig, check_layers, layer_config
-from evalsuite.kvcache.layer import LayerPlan, QuantKVLayer
+from evalsuite.kvcache.layer import LayerPlan, QuantKVLayer, RowMask
 from evalsuite.kvcache.quant import META_BYTES
 
 
 class QuantKVCache(Cache):
     """evalsuite's quantized KV cache: one :class:`QuantKVLayer` per decoder layer (a ``DynamicLayer`` for layers
-    kept unquantized by per-layer bits ``[lN=16]``). ``plan`` is the base plan (prefill mode for the decoder)."""
+    kept unquantized by per-layer bits ``[lN=16]``). ``plan`` is the base plan (prefill mode for the decoder).
+    The layers share one ``RowMask``: the decoder ``track``s its 2-D attention mask before each forward, so flushes
+    count each row's real tokens (``kvcache.layer``)."""
 
     def __init__(self, config: KVConfig, plan: LayerPlan, num_layers: int,
-                 plans: list[LayerPlan | None] | None = None) -> None:
+                 plans: list[LayerPlan | None] | None = None, keep_exact: bool = False) -> None:
         plans = plans if plans is not None else [plan] * num_layers
-        super().__init__(layers=[QuantKVLayer(p) if p is not None else DynamicLayer() for p in plans])
+        self.row_mask = RowMask()
+        super().__init__(layers=[QuantKVLayer(p, self.row_mask, keep_exact) if p is not None else DynamicLayer()
+                                 for p in plans])
         self.kv_config = config
         self.plan = plan
+
+    def track(self, mask: torch.Tensor | None) -> None:
+        """The 2-D attention mask ([batch, columns so far + this call's]) of the next forward or ``update``."""
+        self.row_mask.mask = mask
+
+    def flush_sizes(self) -> list[int]:
+        """Each quantized layer's flush block (tokens)."""
+        return [layer.plan.flush for layer in self.layers if isinstance(layer, QuantKVLayer)]
 
     def nbytes(self) -> int:
         return sum(layer.nbytes() if isinstance(layer, QuantKVLayer) else _dynamic_nbytes(layer)
@@ -44,7 +56,7 @@ def model_dims(model_config: Any) -> tuple[int, int, int]:
     return cfg.num_hidden_layers, kv_heads, head_dim
 
 
-def plan_for(config: KVConfig, head_dim: int, keep_dequantized: bool = True) -> LayerPlan:
+def plan_for(config: KVConfig, head_dim: int) -> LayerPlan:
     """Resolve group sizes and the flush block; bad combinations raise EvalsuiteError."""
     if config.fmt == "int" and config.bits not in (8, 4, 2):
         raise EvalsuiteError(f"KV cache: int bits must be 8, 4 or 2, got {config.bits}")
@@ -65,8 +77,7 @@ def plan_for(config: KVConfig, head_dim: int, keep_dequantized: bool = True) -> 
     else:
         flush, key_group = max(config.residual, 1), dim_group
     return LayerPlan(fmt=config.fmt, bits=config.bits if config.fmt == "int" else 8, key_axis=config.key_axis,
-                     key_group=key_group, value_group=dim_group, flush=flush, prefill=config.prefill,
-                     keep_dequantized=keep_dequantized)
+                     key_group=key_group, value_group=dim_group, flush=flush, prefill=config.prefill)
 
 
 def _check_layer_types(model_config: Any, allowed: set[str], backend: str) -> None:
@@ -76,11 +87,11 @@ def _check_layer_types(model_config: Any, allowed: set[str], backend: str) -> No
         raise EvalsuiteError(f"{backend} KV cache supports {sorted(allowed)} layers only (model has {other})")
 
 
-def make_cache(config: KVConfig, model_config: Any, keep_dequantized: bool = True) -> Cache:
+def make_cache(config: KVConfig, model_config: Any, keep_exact: bool = False) -> Cache:
     """A fresh cache for one ``generate`` / forward: evalsuite's own, or transformers' QuantizedCache (quanto).
 
-    ``keep_dequantized`` (evalsuite backend): keep a dequantized compute copy of the quantized part (fast decode);
-    it changes speed and RAM only, never the values attention reads.
+    ``keep_exact`` (evalsuite backend): also keep every token's full-precision K/V (memory for a verification pass
+    that rebuilds rows at other lengths); it never changes the values attention reads.
     """
     if config.backend == "hf":
         _check_layer_types(model_config, {"full_attention"}, "hf (transformers QuantizedCache)")
@@ -93,13 +104,18 @@ def make_cache(config: KVConfig, model_config: Any, keep_dequantized: bool = Tru
     # sliding-window layers keep every token: the model's masks apply the window (exact, but holds more than needed)
     _check_layer_types(model_config, {"full_attention", "sliding_attention"}, "evalsuite")
     layers, _, head_dim = model_dims(model_config)
-    base = plan_for(replace(config, layer_bits=()), head_dim, keep_dequantized)
+    base = plan_for(replace(config, layer_bits=()), head_dim)
     if not config.layer_bits:
-        return QuantKVCache(config, base, layers)
+        return QuantKVCache(config, base, layers, keep_exact=keep_exact)
     check_layers(config, layers)
-    plans = [None if (c := layer_config(config, i)) is None else plan_for(c, head_dim, keep_dequantized)
-             for i in range(layers)]
-    return QuantKVCache(config, base, layers, plans)
+    plans = [None if (c := layer_config(config, i)) is None else plan_for(c, head_dim) for i in range(layers)]
+    return QuantKVCache(config, base, layers, plans, keep_exact=keep_exact)
+
+
+def track_mask(cache: Any, mask: torch.Tensor | None) -> None:
+    """Tell an evalsuite cache the next forward's 2-D attention mask (other caches need no telling)."""
+    if isinstance(cache, QuantKVCache):
+        cache.track(mask)
 
 
 def _tensor_bytes(obj: Any, seen: set[int]) -> int:

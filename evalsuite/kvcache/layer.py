@@ -1,4 +1,23 @@
-"""One model layer's quantized KV cache: append-only quantized blocks + a full-precision residual window."""
+"""One model layer's quantized KV cache: quantized blocks + a full-precision residual window, counted per row.
+
+Flushes count each row's own tokens, not batch columns. A batch is laid out in columns (``[prefix][padding][own]``
+in the decoder, holes in the middle of a verification pass), and the 2-D attention mask says which columns of a row
+hold real tokens (``QuantKVCache.track``; without one every column is real). Row ``r``'s tokens ``[kF, (k+1)F)``
+(``F`` = ``plan.flush``, counted from the row's first real token) are quantized together, once, at the update in
+which the row's ``(k+1)F``-th token arrives; padding is never part of a group. So a row's K/V, and therefore its
+answer, do not depend on what it was batched with or how much padding that added.
+
+Chunk semantics (what a forward over several tokens sees): the call's own tokens are appended, complete blocks are
+flushed, then attention reads every earlier token as stored (quantized when flushed) and, with ``exact`` prefill,
+the call's own tokens in full precision (``quantized`` prefill: as stored). A step-by-step decode is the special
+case of one token per call; a teacher-forced pass that wants the same K/V mix at every token must end a chunk just
+before a row's ``(k+1)F``-th token and feed that token alone (``flush_segments``).
+
+The buffer holds what attention reads: dequantized flushed tokens and the full-precision residual, so a decode step
+writes one token in place and a flush dequantizes only its new block (a compute copy, trading RAM for speed; not
+counted in ``nbytes``). ``keep_exact`` additionally keeps every token's full-precision K/V (a verification pass uses
+it to rebuild a row's cache at any length: ``exact_rows``).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,11 +41,24 @@ class LayerPlan:
     value_group: int
     flush: int  # tokens flushed at once: residual rounded up to a whole number of key token-groups
     prefill: str  # "exact" | "quantized"
-    keep_dequantized: bool = True
+
+
+class RowMask:
+    """The batch's 2-D attention mask, shared by every layer of one cache (columns of real tokens are 1)."""
+
+    def __init__(self) -> None:
+        self.mask: torch.Tensor | None = None
+
+    def valid(self, batch: int, start: int, new: int, device: torch.device) -> torch.Tensor:
+        """Which of the columns ``[start, start + new)`` hold real tokens, per row (all, without a mask)."""
+        m = self.mask
+        if m is None or m.shape[0] != batch or m.shape[1] < start + new:
+            return torch.ones(batch, new, dtype=torch.bool, device=device)
+        return m[:, start:start + new].to(device=device, dtype=torch.bool)
 
 
 class _Buffer:
-    """A growable [B, H, capacity, D] tensor whose first ``n`` tokens are valid (amortized appends, no re-copy)."""
+    """A growable [B, H, capacity, D] tensor whose first ``n`` columns are valid (amortized appends, no re-copy)."""
 
     def __init__(self) -> None:
         self.t: torch.Tensor | None = None
@@ -43,15 +75,8 @@ class _Buffer:
         self.t[:, :, self.n : need] = x
         self.n = need
 
-    def view(self, start: int = 0, stop: int | None = None) -> torch.Tensor:
-        return self.t[:, :, start : self.n if stop is None else stop]
-
-    def drop_front(self, k: int) -> None:
-        """Forget the first ``k`` tokens (moves the rest to the front)."""
-        rest = self.n - k
-        if rest:
-            self.t[:, :, :rest] = self.t[:, :, k : self.n].clone()
-        self.n = rest
+    def view(self) -> torch.Tensor:
+        return self.t[:, :, : self.n]
 
     def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         if self.t is not None:
@@ -59,78 +84,105 @@ class _Buffer:
 
 
 class QuantKVLayer(CacheLayerMixin):
-    """KV cache layer storing flushed tokens quantized (append-only) and the newest ones in full precision.
-
-    With ``keep_dequantized`` one buffer holds what attention reads: the dequantized flushed tokens followed by the
-    full-precision residual, so a decode step writes one token in place and a flush dequantizes only its new block.
-    Without it, every step dequantizes all blocks (the naive cost) and only the residual buffer is kept.
-    """
+    """KV cache layer storing each row's flushed tokens quantized and its newest ones in full precision."""
 
     is_sliding = False
     is_compileable = False
     is_croppable = False
 
-    def __init__(self, plan: LayerPlan) -> None:
+    def __init__(self, plan: LayerPlan, rows: RowMask | None = None, keep_exact: bool = False) -> None:
         super().__init__()
         self.plan = plan
+        self.rows = rows if rows is not None else RowMask()
+        self.keep_exact = keep_exact
         self._reset_state()
 
     def _reset_state(self) -> None:
         self.k_blocks: list[QBlock] = []
         self.v_blocks: list[QBlock] = []
         self._kbuf, self._vbuf = _Buffer(), _Buffer()
-        self.length = 0  # tokens held
-        self.n_quant = 0  # of which quantized
+        self._exact = (_Buffer(), _Buffer())
+        self.valid: torch.Tensor | None = None  # [B, columns] bool: columns holding real tokens
+        self.count: torch.Tensor | None = None  # [B] real tokens held
+        self.qcount: torch.Tensor | None = None  # [B] of which quantized (a multiple of flush)
+        self.length = 0  # columns held
+        self._row_bytes = 0.0  # bytes of one quantized token of one row (payload + scales), once known
         self.is_initialized = False
+
+    @property
+    def n_quant(self) -> int:
+        """Quantized tokens of the row that holds most (every row's, when the batch has no padding)."""
+        return int(self.qcount.max()) if self.qcount is not None and self.qcount.numel() else 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
+        b = key_states.shape[0]
+        self.valid = torch.zeros(b, 0, dtype=torch.bool, device=key_states.device)
+        self.count = torch.zeros(b, dtype=torch.long, device=key_states.device)
+        self.qcount = torch.zeros_like(self.count)
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append new K/V, flush full residual blocks, return every token's K/V as attention should see them."""
+        """Append new K/V, flush each row's complete blocks, return every column's K/V as attention sees them."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        start, new = self.length, key_states.shape[-2]
+        b, start, new = key_states.shape[0], self.length, key_states.shape[-2]
+        valid = self.rows.valid(b, start, new, key_states.device)
         self._kbuf.append(key_states)
         self._vbuf.append(value_states)
+        if self.keep_exact:
+            self._exact[0].append(key_states)
+            self._exact[1].append(value_states)
+        self.valid = torch.cat([self.valid, valid], dim=1)
+        self.count = self.count + valid.sum(1)
         self.length += new
-        residual = self.length - self.n_quant
-        n_flush = residual - residual % self.plan.flush
-        if n_flush:
-            self._flush(n_flush)
-        keys, values = self._full()
-        if self.plan.prefill == "exact" and self.n_quant > start:
-            # this call's own tokens were just quantized: let this call still attend to them exactly
+        flushed = self._flush()
+        keys, values = self._kbuf.view(), self._vbuf.view()
+        if self.plan.prefill == "exact" and flushed:
             if start == 0:
-                return key_states, value_states
+                return key_states, value_states  # this call's own tokens attend to themselves exactly
             keys = torch.cat([keys[:, :, :start], key_states], dim=-2)
             values = torch.cat([values[:, :, :start], value_states], dim=-2)
         return keys, values
 
-    def _flush(self, n: int) -> None:
-        """Quantize the oldest ``n`` residual tokens into new blocks; stored blocks are never touched again."""
-        p = self.plan
-        off = self.n_quant if p.keep_dequantized else 0
-        kq = quantize(self._kbuf.view(off, off + n), p.fmt, p.bits, p.key_axis, p.key_group)
-        vq = quantize(self._vbuf.view(off, off + n), p.fmt, p.bits, "token", p.value_group)
+    def _flush(self) -> bool:
+        """Quantize every row's complete blocks of ``flush`` real tokens; True when anything was flushed."""
+        f = self.plan.flush
+        target = self.count - self.count % f
+        flushed = False
+        while True:
+            rows = (target > self.qcount).nonzero().flatten()
+            if not len(rows):
+                return flushed
+            self._flush_block(rows)
+            self.qcount[rows] += f
+            flushed = True
+
+    def _flush_block(self, rows: torch.Tensor) -> None:
+        """Quantize the next block of ``flush`` real tokens of each of ``rows`` (gathered over their columns)."""
+        p, f = self.plan, self.plan.flush
+        valid = self.valid[rows]
+        rank = valid.cumsum(1) - 1
+        q = self.qcount[rows, None]
+        cols = (valid & (rank >= q) & (rank < q + f)).nonzero()[:, 1].view(len(rows), f)
+        where = (rows[:, None], slice(None), cols)
+        k = self._kbuf.t[where].permute(0, 2, 1, 3)  # [R, H, F, D]
+        v = self._vbuf.t[where].permute(0, 2, 1, 3)
+        kq = quantize(k, p.fmt, p.bits, p.key_axis, p.key_group)
+        vq = quantize(v, p.fmt, p.bits, "token", p.value_group)
         self.k_blocks.append(kq)
         self.v_blocks.append(vq)
-        if p.keep_dequantized:
-            self._kbuf.t[:, :, off : off + n] = dequantize(kq, self.dtype)
-            self._vbuf.t[:, :, off : off + n] = dequantize(vq, self.dtype)
-        else:
-            self._kbuf.drop_front(n)
-            self._vbuf.drop_front(n)
-        self.n_quant += n
+        self._row_bytes = (kq.nbytes + vq.nbytes) / (len(rows) * f)
+        self._kbuf.t[where] = dequantize(kq, self.dtype).permute(0, 2, 1, 3)
+        self._vbuf.t[where] = dequantize(vq, self.dtype).permute(0, 2, 1, 3)
 
-    def _full(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.plan.keep_dequantized or not self.k_blocks:
-            return self._kbuf.view(), self._vbuf.view()
-        keys = [dequantize(b, self.dtype) for b in self.k_blocks] + [self._kbuf.view()]
-        values = [dequantize(b, self.dtype) for b in self.v_blocks] + [self._vbuf.view()]
-        return torch.cat(keys, dim=-2), torch.cat(values, dim=-2)
+    def exact_rows(self, row: int, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Full-precision K/V [H, tokens, D] of ``row``'s first ``tokens`` real tokens (needs ``keep_exact``)."""
+        if not self.keep_exact:
+            raise EvalsuiteError("evalsuite KV cache: exact K/V were not kept (keep_exact=False)")
+        cols = self.valid[row].nonzero().flatten()[:tokens]
+        return self._exact[0].view()[row][:, cols], self._exact[1].view()[row][:, cols]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.length + query_length, 0
@@ -142,33 +194,37 @@ class QuantKVLayer(CacheLayerMixin):
         return -1
 
     def nbytes(self) -> int:
-        """Bytes held: quantized payload + scales/zero points + the full-precision residual (not the compute copy)."""
-        blocks = sum(b.nbytes for b in self.k_blocks) + sum(b.nbytes for b in self.v_blocks)
+        """Bytes held: quantized payload + scales/zero points + the full-precision residual (not the compute copy,
+        nor the exact shadow)."""
         if not self.is_initialized or self._kbuf.t is None:
-            return blocks
-        b, h, _, d = self._kbuf.t.shape
-        return blocks + 2 * (self.length - self.n_quant) * b * h * d * self._kbuf.t.element_size()
+            return 0
+        _, h, _, d = self._kbuf.t.shape
+        residual = int((self.count - self.qcount).sum())
+        quant = round(self._row_bytes * int(self.qcount.sum()))
+        return quant + 2 * residual * h * d * self._kbuf.t.element_size()
 
     def reset(self) -> None:
         self._reset_state()
 
     def crop(self, tokens_to_remove: int) -> None:
-        """Drop the newest ``-tokens_to_remove`` tokens; only residual (not yet quantized) tokens can be dropped."""
+        """Drop the newest columns; only columns no row has quantized yet can be dropped."""
         n = -tokens_to_remove if tokens_to_remove < 0 else self.length - tokens_to_remove
         if n <= 0:
             return
-        if n > self.length - self.n_quant:
+        dropped = self.valid[:, self.length - n:].sum(1)
+        if bool((self.count - dropped < self.qcount).any()):
             raise EvalsuiteError("evalsuite KV cache: cannot crop tokens that were already quantized")
         self.length -= n
-        self._kbuf.n -= n
-        self._vbuf.n -= n
+        self.count = self.count - dropped
+        self.valid = self.valid[:, : self.length]
+        for buf in (self._kbuf, self._vbuf, *self._exact):
+            buf.n = min(buf.n, self.length)
 
     def _map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        """Batch ops are exact on quantized data: every group lies within one (batch, head) row."""
-        for block in self.k_blocks + self.v_blocks:
-            block.map_batch(fn)
-        self._kbuf.map_batch(fn)
-        self._vbuf.map_batch(fn)
+        """Batch ops move whole rows (the stored blocks keep the rows they were flushed with)."""
+        for buf in (self._kbuf, self._vbuf, *self._exact):
+            buf.map_batch(fn)
+        self.valid, self.count, self.qcount = fn(self.valid), fn(self.count), fn(self.qcount)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         self._map_batch(lambda t: t.index_select(0, beam_idx.to(t.device)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.model import ordered_reasons
 
 ALL = "all"
 RANK = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
@@ -112,22 +111,54 @@ def _saving(v: Row, base: Row | None, key: str) -> Row:
     return {"value": value, "saved": saved, "ratio": ratio(value, ref)}
 
 
+def lead_reasons(checks: list[Row], verdict: str | None, limit: int = 2) -> list[Row]:
+    """What a card says first. FAIL: the failed checks (per-task before the pooled one). INCONCLUSIVE: the
+    largest observed drop (the most negative Δ of an undecided ``max_drop``), then the check nearest to a decision
+    (fewest ``more_needed``), then the other undecided checks, nearest first. Each carries ``lead``: why it is
+    there ("largest drop", "nearest to a decision"; empty for a FAIL)."""
+    fails = sorted((c for c in checks if c["verdict"] == "FAIL"), key=lambda c: c["task"] == "*")
+    inc = [c for c in checks if c["verdict"] == "INCONCLUSIVE"]
+    drops = [c for c in inc if c["check"] == "max_drop"]
+    biggest = min(drops, key=lambda c: c["observed"]) if drops else None
+    near = sorted(inc, key=lambda c: (c.get("more_needed") is None, c.get("more_needed") or 0))
+    lead = [{**c, "lead": ""} for c in fails]
+    if verdict != "FAIL" and biggest is not None and biggest["observed"] < 0:
+        lead.append({**biggest, "lead": "largest drop"})
+    for i, c in enumerate(near):
+        if all(c is not x and not _same(c, x) for x in lead):
+            lead.append({**c, "lead": "nearest to a decision" if i == 0 and c.get("more_needed") else ""})
+    return lead[:limit]
+
+
+def _same(a: Row, b: Row) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("task", "slice", "check"))
+
+
 def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
-    """One card per gated variant (baseline excluded): verdict, the reasons that decided it (FAIL first, then
-    INCONCLUSIVE), bytes saved vs the baseline and speed relative to it."""
+    """One card per gated variant (baseline excluded): verdict, the reasons that decided it (``lead_reasons``),
+    bytes saved vs the baseline and speed relative to it."""
     base = next((v for v in r["variants"] if v["variant"] == r["baseline"]), None)
     cards = []
     for v in r["variants"]:
         if v["variant"] == r["baseline"]:
             continue
         mine = [c for c in r["checks"] if c["variant"] == v["variant"]]
+        verdict = v.get("verdict") or worst([c["verdict"] for c in mine])
         cards.append({
-            "variant": v["variant"], "verdict": v.get("verdict") or worst([c["verdict"] for c in mine]),
-            "reasons": ordered_reasons(mine, max_reasons), "checks": len(mine),
+            "variant": v["variant"], "verdict": verdict, "reasons": lead_reasons(mine, verdict, max_reasons),
+            "checks": len(mine), "contexts": context_range(r, v["variant"]),
             "passed": sum(c["verdict"] == "PASS" for c in mine),
             "weights": _saving(v, base, "weight_bytes"), "kv": _saving(v, base, "kv_bytes_per_token"),
             "ttft": _saving(v, base, "ttft_s"), "itl": _saving(v, base, "itl_s")})
     return cards
+
+
+def context_range(r: Row, variant: str) -> tuple[int, int] | None:
+    """The shortest and longest ``context_len`` among the variant's paired samples (needle), None without any:
+    the prompt lengths a KV-cache verdict covers."""
+    lens = [int(float(s["slice"].split("=", 1)[1])) for s in r["stats"] if s["variant"] == variant and s["n"]
+            and s["slice"].startswith("context_len=") and s["slice"].split("=", 1)[1].replace(".", "").isdigit()]
+    return (min(lens), max(lens)) if lens else None
 
 
 def task_names(r: Row) -> list[str]:

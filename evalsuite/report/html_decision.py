@@ -43,8 +43,17 @@ def _reasons(card: Row) -> str:
     for c in card["reasons"]:
         more = c.get("more_needed")
         tail = f' <span class="more">≈+{more} samples to decide</span>' if more else ""
-        items.append(f'<li class="r-{e(c["verdict"])}"><b>{e(c["verdict"])}</b> {e(c["reason"])}{tail}</li>')
+        lead = f' <span class="lead">({e(c["lead"])})</span>' if c.get("lead") else ""
+        items.append(f'<li class="r-{e(c["verdict"])}"><b>{e(c["verdict"])}</b>{lead} {e(c["reason"])}{tail}</li>')
     return '<ul class="reasons">' + "".join(items) + "</ul>"
+
+
+def _covers(card: Row) -> str:
+    """For a variant with a smaller KV cache: the context lengths its verdict covers."""
+    span, kv = card.get("contexts"), card["kv"]
+    if not span or not kv["saved"] or kv["saved"] <= 0:
+        return ""
+    return f'<div class="counts">KV verdict covers contexts of {span[0]:,}–{span[1]:,} tokens</div>'
 
 
 def _card(card: Row) -> str:
@@ -53,7 +62,7 @@ def _card(card: Row) -> str:
     return (f'<div class="card {vclass(verdict)}" data-variant="{e(card["variant"])}">'
             f'<div class="card-head"><span class="name">{e(card["variant"])}</span>'
             f'<span class="verdict">{e(verdict or "—")}</span></div>'
-            f'<div class="counts">{e(counts)}</div>{_reasons(card)}<dl class="gains">'
+            f'<div class="counts">{e(counts)}</div>{_covers(card)}{_reasons(card)}<dl class="gains">'
             f'{_bytes_line("weights", card["weights"], fmt_bytes)}'
             f'{_bytes_line("KV cache", card["kv"], lambda x: f"{x:,.0f}", " B/token")}'
             f'{_speed("TTFT", card["ttft"])}{_speed("ITL", card["itl"])}</dl></div>')
@@ -80,8 +89,8 @@ def cards_section(r: Row) -> str:
 
 def _decision_note(d: Row) -> str:
     """``n=30`` (the Δ's samples), where a slice decided it with that slice's n, and the samples still needed."""
-    n_all = (d["stat"] or {}).get("n")
-    parts = [f"n={n_all}"] if n_all else []
+    n_all, info = (d["stat"] or {}).get("n"), (d["stat"] or {}).get("n_informative")
+    parts = [f"n={n_all}" + (f" ({info} with a side right)" if info is not None else "")] if n_all else []
     if d["slices"] and d["verdict"] != "PASS":
         parts.append(f"{d['verdict']} in {', '.join(d['slices'])}" + (f" (n={d['n']})" if d["n"] else ""))
     elif d["n"] and d["n"] != n_all:

@@ -2,13 +2,14 @@
 
 A backend turns (variant, task, sample indices) into scored samples, gives teacher-forced (or approximate) KLD of a
 variant against the baseline's stored answers, and describes each variant (bytes; the Runner adds the timing
-medians from the stored samples). Three implementations:
+medians from the stored samples). Four implementations:
 
 * ``evalsuite.run.inprocess.InProcessBackend``: a model loaded in this process, variants built from it;
 * ``evalsuite.scale.endpoint_backend.EndpointBackend``: OpenAI-compatible servers (vLLM, llama.cpp, ...);
+* ``evalsuite.scale.mixed_backend.MixedBackend``: an in-process baseline beside served variants;
 * ``evalsuite.scale.ray_backend.RayBackend``: the in-process backend fanned out over Ray workers.
 
-The Runner (``evalsuite.run.runner``) owns everything else once, for all three: which samples are still to do,
+The Runner (``evalsuite.run.runner``) owns everything else once, for all four: which samples are still to do,
 storing as results arrive, resume, timing medians, the noise floor. Backends are chosen above ``run`` (in the
 CLI), so ``run`` never imports ``scale``.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.run.records import KLDResult, Reference, SampleResult, VariantInfo
 from evalsuite.tasks.base import TaskContext
 
 
@@ -76,6 +77,16 @@ class Backend(Protocol):
     def same_as_baseline(self, variant: VariantRef) -> bool:
         """Whether ``variant`` provably computes what the baseline computes (``variants.identical``): the Runner
         then copies the baseline's answers and stores KLD 0 instead of asking for them. False when unknown."""
+
+    def verifies(self, variant: VariantRef) -> str:
+        """"" when ``verify`` can check ``variant``'s greedy answers against the baseline's (``run.verify``), else
+        why its answers are generated instead (the Runner logs it once)."""
+
+    def verify(self, variant: VariantRef, name: str, task: PreparedTask, indices: Sequence[int],
+               refs: Sequence[Reference], outputs: Sequence[str], batch_size: int) -> Iterator[list[Any]]:
+        """(SampleResult, KLDResult, outcome) per sample, a batch at a time: ``variant``'s answers checked against
+        the baseline's ids ``refs`` (texts ``outputs``), decoded only after a divergence. Only called when
+        ``verifies`` says "" ."""
 
     def info(self, variant: VariantRef, name: str) -> VariantInfo:
         """Bytes of the variant (timings are filled in by the Runner from the stored samples)."""

@@ -2,7 +2,11 @@
 
 A baseline keyed by model *name* silently returns stale results when the checkpoint changes; here the folder is
 ``baselines/<fingerprint>/`` and every task entry records its version, parameters, generation settings, seed,
-sample hashes and library versions. A baseline that does not match is refused, with the reason.
+sample hashes, library versions and the decoder's output format (``DECODE_FORMAT``). A baseline that does not match
+is refused, with the reason. A stored baseline may hold fewer samples than a run draws: the ones it has are
+imported, the rest generated; ``grow`` stores them back (stored answers kept, new ones added), so a second
+sequential run regenerates no stored answer. The baseline's side of KLD (its teacher-forced logits) is not stored:
+each run recomputes it in its KLD pass.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from typing import Any, Callable
 
 from evalsuite.errors import StoreMismatch
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.run.records import SampleResult
+from evalsuite.run.records import DECODE_FORMAT, SampleResult
 from evalsuite.run.store import Store
 
 MANIFEST = "manifest.json"
@@ -50,21 +54,28 @@ def run_key(batch_size: int, settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in {"batch_size": batch_size, **settings}.items() if k in RUN_KEYS}
 
 
-def save_baseline(root: Path, store: Store, tasks: list[PreparedTask], seed: int, baseline: str) -> Path:
-    """Write ``root/<fingerprint>/`` from a finished run's baseline samples (tasks replaced one by one)."""
+def save_baseline(root: Path, store: Store, tasks: list[PreparedTask], seed: int, baseline: str,
+                  grow: bool = False) -> Path:
+    """Write ``root/<fingerprint>/`` from a finished run's baseline samples (tasks replaced one by one).
+    ``grow``: a task whose stored entry still matches keeps its stored answers, and this run's are added."""
     meta = store.meta()
     folder = Path(root) / meta["fingerprint"]
     folder.mkdir(parents=True, exist_ok=True)
     manifest = _read_manifest(folder) or {"model": meta["model_name"], "fingerprint": meta["fingerprint"],
                                           "dtype": meta["dtype"], "tasks": {}}
+    run = run_key(store.config.get("batch_size", 0), meta.get("settings", {}))
     for task in tasks:
-        rows = [r.to_dict() for r in store.samples(baseline, task.name)]
+        key, rows = task_key(task, seed), {r.sample_id: r.to_dict() for r in store.samples(baseline, task.name)}
+        if grow and mismatch_reason(manifest, task, seed, run, partial=True) is None:
+            old = [json.loads(line) for line in (folder / f"{task.name}.jsonl").read_text().splitlines() if line]
+            rows = {**{r["sample_id"]: r for r in old}, **rows}
+            key["sample_hashes"] = {**manifest["tasks"][task.name]["sample_hashes"], **key["sample_hashes"]}
         tmp = folder / f".{task.name}.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
         tmp.replace(folder / f"{task.name}.jsonl")
-        manifest["tasks"][task.name] = {**task_key(task, seed), "n": len(rows), "created": time.time()}
+        manifest["tasks"][task.name] = {**key, "n": len(rows), "created": time.time()}
     manifest["libraries"] = library_versions()
-    manifest["run"] = run_key(store.config.get("batch_size", 0), meta.get("settings", {}))
+    manifest["run"], manifest["decode_format"] = run, DECODE_FORMAT
     tmp = folder / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=1))
     tmp.replace(folder / MANIFEST)
@@ -77,16 +88,21 @@ def _read_manifest(folder: Path) -> dict[str, Any] | None:
 
 
 def mismatch_reason(manifest: dict[str, Any], task: PreparedTask, seed: int,
-                    run: dict[str, Any] | None = None) -> str | None:
-    """Why a stored baseline cannot stand in for this task (None if it can); names the field that differs."""
+                    run: dict[str, Any] | None = None, partial: bool = False) -> str | None:
+    """Why a stored baseline cannot stand in for this task (None if it can); names the field that differs.
+    ``partial``: samples it does not hold are not a mismatch (they are generated); a changed one still is."""
     entry = manifest.get("tasks", {}).get(task.name)
     if entry is None:
         return f"no stored baseline for task {task.name!r}"
+    if manifest.get("decode_format") != DECODE_FORMAT:
+        return f"decode format differs (stored {manifest.get('decode_format')!r}, now {DECODE_FORMAT!r})"
     want = task_key(task, seed)
     for key in ("version", "params", "gen_settings", "seed"):
         if entry.get(key) != want[key]:
             return f"task {task.name!r} {key} differs (stored {entry.get(key)!r}, now {want[key]!r})"
-    missing = [sid for sid, h in want["sample_hashes"].items() if entry["sample_hashes"].get(sid) != h]
+    stored = entry["sample_hashes"]
+    missing = [sid for sid, h in want["sample_hashes"].items()
+               if stored.get(sid, None if not partial else h) != h]
     if missing:
         return f"task {task.name!r}: {len(missing)} samples missing or changed (e.g. {missing[0]})"
     stored_run = manifest.get("run", {})
@@ -111,19 +127,22 @@ class BaselineSource:
     batch_size: int
     strict: bool = False
     log: Callable[[str], None] = print
+    grow: bool = False  # samples it lacks are generated and stored back (``save``)
 
-    def import_into(self, store: Store, task: PreparedTask, name: str, settings: dict[str, Any]) -> bool:
+    def import_into(self, store: Store, task: PreparedTask, name: str, settings: dict[str, Any],
+                    quiet: bool = False) -> bool:
         """Copy the stored baseline samples of ``task`` into the run store; False when none is usable.
-        ``settings`` are the backend's output-changing settings (``Backend.settings``)."""
+        ``settings`` are the backend's output-changing settings (``Backend.settings``). A growing source
+        imports the samples it holds and leaves the rest to be generated; ``quiet`` logs no mismatch."""
         folder = Path(self.root) / self.fingerprint
         manifest = _read_manifest(folder)
         run = run_key(self.batch_size, settings)
         reason = (f"no stored baseline for model fingerprint {self.fingerprint} under {self.root}"
-                  if manifest is None else mismatch_reason(manifest, task, self.seed, run))
+                  if manifest is None else mismatch_reason(manifest, task, self.seed, run, partial=self.grow))
         if reason is not None:
             if self.strict:
                 raise StoreMismatch(f"stored baseline refused: {reason}")
-            if manifest is not None:
+            if manifest is not None and not quiet:
                 self.log(f"stored baseline not reused: {reason}")
             return False
         done = store.done_ids(name, task.name)
@@ -132,3 +151,7 @@ class BaselineSource:
                 for line in (folder / f"{task.name}.jsonl").read_text().splitlines() if line]
         store.put_samples(r for r in rows if r.sample_id in wanted and r.sample_id not in done)
         return True
+
+    def save(self, store: Store, tasks: list[PreparedTask], name: str) -> Path:
+        """Store the run's baseline answers under ``root`` (grown: the stored ones kept, new ones added)."""
+        return save_baseline(self.root, store, tasks, self.seed, name, grow=True)

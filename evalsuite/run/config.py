@@ -44,6 +44,11 @@ class RunConfig:
     #: a variant that computes exactly what the baseline computes (bit-identical weights and an unquantized cache,
     #: e.g. w4g32 of a Q4_1 model) takes the baseline's answers instead of generating them again
     reuse_identical: bool = True
+    #: greedy variants are verified against the baseline's answer ids and decode only after a divergence
+    #: (run.verify); off: every variant generates every answer
+    verify: bool = True
+    #: the fraction of verified samples regenerated in full to check the verification (seeded per sample)
+    verify_audit: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -26,6 +26,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, QuantizedLayer
 
+from evalsuite.kvcache import track_mask
 from evalsuite.models.device import synchronize
 from evalsuite.tasks.base import GenSettings
 
@@ -61,10 +62,11 @@ class Prefix:
 
 @dataclass
 class Decoded:
-    """One row's generated token ids (EOS excluded) and the batch's step timestamps."""
+    """One row's generated token ids (EOS excluded), why it stopped and the batch's step timestamps."""
 
     ids: list[int]
     stamps: list[float] = field(default_factory=list)
+    stop: str = ""  # "eos" (a stop token), "stop" (a stop string), "length" (max_new_tokens)
 
 
 def common_prefix_len(id_lists: Sequence[Sequence[int]], min_len: int = MIN_PREFIX) -> int:
@@ -141,7 +143,7 @@ def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, ca
     transfer = exact_prefill(cache) and plain_dynamic(model)
     given = provider(prefix, rows) if transfer and provider is not None else None
     if given is not None:
-        return _transfer(given[0], cache), given[1], given[2]
+        return _transfer(given[0], cache, given[2]), given[1], given[2]
     dev, b = model.device, len(rows)
     p = len(prefix.ids) if prefix else 0
     s = max(len(r) for r in rows)
@@ -158,25 +160,29 @@ def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, ca
     else:
         head = torch.tensor([list(prefix.ids)] * b, device=dev) if prefix else own[:, :0]
         ids, ids_pos = torch.cat([head, own], dim=-1), pos
+    track_mask(work, mask)
     out = model(input_ids=ids, attention_mask=mask, position_ids=ids_pos, cache=work, use_cache=True,
                 **_last_logits_only(model))
     if transfer and observer is not None:
         observer(prefix, rows, work, out.logits[:, -1, :], mask)
-    return (_transfer(work, cache) if transfer else work), out.logits[:, -1, :], mask
+    return (_transfer(work, cache, mask) if transfer else work), out.logits[:, -1, :], mask
 
 
-def _transfer(work: DynamicCache, cache: Any) -> Any:
+def _transfer(work: DynamicCache, cache: Any, mask: torch.Tensor) -> Any:
     """The prompt's full-precision K/V written into ``cache`` (what its own exact prefill stores); ``work``
     itself when there is no cache to fill."""
     if cache is None:
         return work
-    return fill_cache(((layer.keys, layer.values) for layer in work.layers), cache)
+    return fill_cache(((layer.keys, layer.values) for layer in work.layers), cache, mask=mask)
 
 
-def fill_cache(layers: Iterable[tuple[torch.Tensor, torch.Tensor]], cache: Any = None, config: Any = None) -> Any:
+def fill_cache(layers: Iterable[tuple[torch.Tensor, torch.Tensor]], cache: Any = None, config: Any = None,
+               mask: torch.Tensor | None = None) -> Any:
     """Prompt K/V (per layer) written into ``cache`` with one ``update`` per layer, as an exact prefill stores
-    them; ``cache`` None: a fresh DynamicCache for ``config``."""
+    them; ``cache`` None: a fresh DynamicCache for ``config``. ``mask``: which columns hold real tokens (a
+    quantized cache groups only those)."""
     work = cache if cache is not None else DynamicCache(config=config)
+    track_mask(work, mask)
     for i, (k, v) in enumerate(layers):
         work.update(k, v, i)
     return work
@@ -196,14 +202,19 @@ def stop_reached(text_of: Callable[[list[int]], str], ids: list[int], stops: Seq
     return any(s in text_of(tail) for s in stops)
 
 
-def take_token(ids: list[int], t: int, stop_ids: set[int], gen: GenSettings, stops: Sequence[str],
+def take_token(row: Decoded, t: int, stop_ids: set[int], gen: GenSettings, stops: Sequence[str],
                text_of: Callable[[list[int]], str]) -> bool:
-    """Append token ``t`` to a row's ``ids`` unless it is a stop token; True while the row goes on (no stop token,
-    string or ``max_new_tokens`` reached)."""
+    """Append token ``t`` to a row's ids unless it is a stop token; True while the row goes on, else the row's
+    ``stop`` says why it ended (a stop token, string or ``max_new_tokens``)."""
     if t in stop_ids:
+        row.stop = "eos"
         return False
-    ids.append(t)
-    return len(ids) < gen.max_new_tokens and not (stops and stop_reached(text_of, ids, stops))
+    row.ids.append(t)
+    if stops and stop_reached(text_of, row.ids, stops):
+        row.stop = "stop"
+    elif len(row.ids) >= gen.max_new_tokens:
+        row.stop = "length"
+    return not row.stop
 
 
 @torch.no_grad()
@@ -218,9 +229,17 @@ def decode(model: Any, tokenizer: Any, rows: Sequence[Sequence[int]], gen: GenSe
     cache, logits, mask = prefill(model, rows, prefix, cache, tokenizer.pad_token_id)
     seeds = list(row_seeds) if row_seeds is not None else [seed + r for r in range(len(rows))]
     rngs = [torch.Generator().manual_seed(int(x)) for x in seeds] if gen.temperature > 0 else None
-    out = [Decoded(ids=[]) for _ in rows]
-    stamps = [start]
-    live = list(range(len(rows)))
+    return decode_from(model, tokenizer, cache, logits, mask, gen, stop_ids, rngs, [Decoded(ids=[]) for _ in rows],
+                       [start])
+
+
+@torch.no_grad()
+def decode_from(model: Any, tokenizer: Any, cache: Any, logits: torch.Tensor, mask: torch.Tensor, gen: GenSettings,
+                stop_ids: set[int], rngs: list[torch.Generator] | None, out: list[Decoded], stamps: list[float]
+                ) -> list[Decoded]:
+    """Decode step by step from a filled ``cache`` whose next-token ``logits`` are given; ``out`` holds each row's
+    ids so far (a verified prefix, or none). Rows leave the batch as they finish."""
+    live = list(range(len(out)))
     next_pos = mask.sum(-1)
     stops = [s for s in gen.stop if s]
     text_of = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
@@ -230,7 +249,7 @@ def decode(model: Any, tokenizer: Any, rows: Sequence[Sequence[int]], gen: GenSe
         stamps.append(time.perf_counter())
         keep = []
         for j, row in enumerate(live):
-            if take_token(out[row].ids, int(tok[j]), stop_ids, gen, stops, text_of):
+            if take_token(out[row], int(tok[j]), stop_ids, gen, stops, text_of):
                 keep.append(j)
         if not keep:
             break
@@ -241,6 +260,7 @@ def decode(model: Any, tokenizer: Any, rows: Sequence[Sequence[int]], gen: GenSe
             live = [live[j] for j in keep]
             rngs = [rngs[j] for j in keep] if rngs is not None else None
         mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=-1)
+        track_mask(cache, mask)
         res = model(input_ids=tok[:, None].to(mask.device), attention_mask=mask, position_ids=next_pos[:, None],
                     cache=cache, use_cache=True)
         next_pos = next_pos + 1

@@ -19,6 +19,9 @@ class Generation:
     prompt_tokens: int
     ttft_s: float | None
     itl_s: float | None
+    ids: tuple[int, ...] = ()  # the generated token ids (stop token excluded)
+    stop: str = ""  # why it ended: "eos", "stop" (a stop string) or "length"
+    decode: str = ""  # how it was obtained: "" (generated), "verified", "diverged@t" (run.verify)
 
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> str:
@@ -51,7 +54,7 @@ def _generate_ids(model: Any, tokenizer: Any, ids: list[list[int]], gen: GenSett
     if prefix is not None and any(tuple(x[:p]) != prefix.ids or len(x) <= p for x in ids):
         raise ValueError("generate_batch: a prompt does not start with the shared prefix")
     cache = make_cache() if make_cache else None
-    rows = decode(model, tokenizer, [x[p:] for x in ids], gen, prefix, cache, _stop_ids(tokenizer), seed,
+    rows = decode(model, tokenizer, [x[p:] for x in ids], gen, prefix, cache, stop_ids(tokenizer), seed,
                   row_seeds)
     return [_generation(tokenizer, r, len(x), gen) for r, x in zip(rows, ids)]
 
@@ -63,10 +66,11 @@ def _generation(tokenizer: Any, row: Decoded, prompt_tokens: int, gen: GenSettin
     gaps = [b - a for a, b in zip(stamps[1:], stamps[2:])]
     return Generation(text=cut_at_stop(tokenizer.decode(row.ids, skip_special_tokens=True), gen.stop).rstrip(),
                       n_tokens=len(row.ids), prompt_tokens=prompt_tokens, ttft_s=ttft,
-                      itl_s=statistics.median(gaps) if gaps else None)
+                      itl_s=statistics.median(gaps) if gaps else None, ids=tuple(row.ids), stop=row.stop)
 
 
-def _stop_ids(tokenizer: Any) -> set[int]:
+def stop_ids(tokenizer: Any) -> set[int]:
+    """Token ids that end a row (EOS and padding)."""
     ids = {tokenizer.eos_token_id, tokenizer.pad_token_id}
     return {i for i in ids if i is not None}
 
@@ -111,7 +115,7 @@ def _iter_refill(model: Any, tokenizer: Any, ids: list[list[int]], gen: GenSetti
     # so the refilled pool uses seed + row index (row_seeds, as the runner passes, make both paths agree)
     seeds = list(row_seeds) if row_seeds is not None else [seed + r for r in range(len(ids))]
     done: dict[int, Generation] = {}
-    for r, row in decode_refill(model, tokenizer, [x[p:] for x in ids], gen, prefix, _stop_ids(tokenizer), seeds,
+    for r, row in decode_refill(model, tokenizer, [x[p:] for x in ids], gen, prefix, stop_ids(tokenizer), seeds,
                                 max(1, max_batch), max_tokens, order):
         done[r] = _generation(tokenizer, row, len(ids[r]), gen)
         head = r - r % group

@@ -13,20 +13,23 @@ from typing import Any, Callable, Iterator, Sequence
 
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
-from evalsuite.run.engine import observe_prefills
-from evalsuite.run.generate import encode_prompts, iter_generate, shared_prefix_len
+from evalsuite.run.engine import encode_prefix, exact_prefill, observe_prefills, plain_dynamic
+from evalsuite.run.generate import Generation, cut_at_stop, encode_prompts, iter_generate, shared_prefix_len, stop_ids
 from evalsuite.run.kld import BaselineLogprobCache, baseline_answer_logprobs, teacher_forced_kld
 from evalsuite.run.prepare import PreparedTask, prepare_variants
 from evalsuite.run.prompts import render_prompt
-from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.run.records import KLDResult, Reference, SampleResult, VariantInfo
 from evalsuite.run.scoring import row_seed, score_sample
 from evalsuite.run.snapshots import PromptSnapshots
 from evalsuite.run.speed import SpeedProbe
+from evalsuite.run.verify import Side, Verified, baseline_logprobs, verify_batch
 from evalsuite.variants.build import BuiltVariant, build_variant
 from evalsuite.tasks.base import Sample, TaskContext
 from evalsuite.variants.spec import VariantSpec
 
 KLD_METHOD = "teacher-forced on the baseline's answer tokens (full vocabulary, in-process)"
+#: KLD rows measured by the verification pass (the baseline's generated ids, chunked as decoding flushes)
+VERIFY_KLD = "verify-pass"
 
 
 @dataclass
@@ -189,6 +192,58 @@ class InProcessBackend:
                                      built.make_cache, self._base_lp, (task.name, tuple(ids)),
                                      prefix_len=self.prefix_len(task), var_snapshot=snap, base_snapshot=base_snap)
             yield [KLDResult(name, task.name, sid, tuple(k), a, n) for sid, (k, a, n) in zip(ids, res)]
+
+    def verifies(self, variant: VariantSpec) -> str:
+        """"" when ``variant``'s greedy answers can be verified against the baseline's (``run.verify``), else why
+        they are regenerated instead."""
+        built = self.built(variant)
+        if not plain_dynamic(built.model):
+            return "the model has sliding-window or linear-attention layers (a row's cache cannot be rebuilt)"
+        cache = built.make_cache()
+        if cache is not None and not hasattr(cache, "track"):
+            return ("transformers' QuantizedCache groups batch columns and re-quantizes its residual: no pass "
+                    "matches its decoding")
+        return ""
+
+    def verify(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
+               refs: Sequence[Reference], outputs: Sequence[str], batch_size: int
+               ) -> Iterator[list[tuple[SampleResult, KLDResult, Verified]]]:
+        """Verified (or diverged-then-decoded) answers of ``variant`` to ``indices`` with their KLD, a batch at a
+        time, batches sorted by (answer, prompt) length; ``refs`` / ``outputs``: the baseline's ids and texts."""
+        built, prompts, tok = self.built(variant), self.prompts(task), self.loaded.tokenizer
+        keys = [tuple(x) for x in encode_prompts(tok, [prompts[i] for i in indices])]
+        order = sorted(range(len(indices)), key=lambda j: (len(refs[j].ids), len(keys[j]), j))
+        p = self.prefix_len(task)
+        for start in range(0, len(order), batch_size):
+            js = order[start:start + batch_size]
+            out = self._verify_batch(built, task, [keys[j] for j in js], [refs[j] for j in js], p,
+                                     [task.samples[indices[j]].id for j in js])
+            yield [self._verified_row(task, indices[j], name, outputs[j], v) for j, v in zip(js, out)]
+
+    def _verify_batch(self, built: BuiltVariant, task: PreparedTask, keys: list[tuple[int, ...]],
+                      refs: list[Reference], p: int, ids: list[str]) -> list[Verified]:
+        base_model, tok = self.loaded.model, self.loaded.tokenizer
+        rows, head = [list(k[p:]) for k in keys], list(keys[0][:p])
+        snap = self.base_prompts.take(keys, keep=True)  # the baseline's prompt K/V from its generation
+        base = Side(base_model, lambda keep: None, encode_prefix(base_model, head) if snap is None else None, snap)
+        base_lp = self._base_lp.get_rows((task.name, "verify", tuple(ids)),
+                                         lambda: baseline_logprobs(base, rows, refs, tok.pad_token_id))
+        if snap is not None and built.model is base_model and exact_prefill(built.make_cache()):
+            var = Side(built.model, built.make_cache, None, snap)  # same weights, exact prefill: same prompt K/V
+        else:
+            var = Side(built.model, built.make_cache, encode_prefix(built.model, head, built.make_cache()))
+        return verify_batch(var, tok, rows, refs, base_lp, task.gen, stop_ids(tok))
+
+    def _verified_row(self, task: PreparedTask, index: int, name: str, base_output: str, v: Verified
+                      ) -> tuple[SampleResult, KLDResult, Verified]:
+        tok = self.loaded.tokenizer
+        text = base_output if v.decode == "verified" else cut_at_stop(
+            tok.decode(v.ids, skip_special_tokens=True), task.gen.stop).rstrip()
+        gen = Generation(text=text, n_tokens=len(v.ids), prompt_tokens=0, ttft_s=None, itl_s=None,
+                         ids=tuple(v.ids), stop=v.stop, decode=v.decode)
+        row = score_sample(task, index, [gen], name, self.prompts(task)[index][0])
+        kl, agree, n = v.kld
+        return row, KLDResult(name, task.name, row.sample_id, tuple(kl), agree, n, VERIFY_KLD), v
 
     def baseline_logprobs(self, task: PreparedTask, indices: Sequence[int], answers: Sequence[str]) -> Any:
         """(log-probs [batch, answer_len, vocab], answer ids) of the baseline teacher-forced on ``answers``, cached

@@ -18,9 +18,9 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from transformers import DynamicCache
 
-from evalsuite.run.engine import Prefix, encode_prefix, exact_prefill, fill_cache, plain_dynamic, prefill
+from evalsuite.kvcache import track_mask
+from evalsuite.run.engine import Prefix, encode_prefix, exact_prefill, fill_cache, prefill
 from evalsuite.run.generate import encode_prompts
 
 
@@ -36,20 +36,17 @@ def _answer_logprobs(model: Any, cache: Any, last: torch.Tensor, mask: torch.Ten
         return F.log_softmax(first, dim=-1)
     full_mask = torch.cat([mask, answer_mask.to(mask.device)], dim=1)
     pos2 = mask.sum(-1, keepdim=True) + torch.arange(answer_ids.shape[1], device=mask.device).unsqueeze(0)
+    track_mask(cache, full_mask[:, :-1])  # a quantized cache counts only the answers' real tokens
     out2 = model(input_ids=answer_ids[:, :-1].to(mask.device), attention_mask=full_mask[:, :-1],
                  position_ids=pos2[:, :-1], cache=cache, use_cache=True)
     return F.log_softmax(torch.cat([first, out2.logits.float()], dim=1), dim=-1)
 
 
 def _chunked_logprobs(model: Any, rows: list[list[int]], prefix: Prefix | None, cache: Any | None, pad_id: int,
-                      answer_ids: torch.Tensor, answer_mask: torch.Tensor,
-                      snapshot: Callable[[PromptKV], None] | None = None) -> torch.Tensor:
+                      answer_ids: torch.Tensor, answer_mask: torch.Tensor) -> torch.Tensor:
     """Log-probs [batch, answer_len, vocab] predicting each answer token: the decoder's prompt prefill (shared
-    prefix, exact transfer into exact-prefill caches), then the answer as one chunk through the same cache.
-    ``snapshot`` receives the prompt's K/V (a DynamicCache's, before the answer chunk), last logits and mask."""
+    prefix, exact transfer into exact-prefill caches), then the answer as one chunk through the same cache."""
     cache, last, mask = prefill(model, rows, prefix, cache, pad_id)
-    if snapshot is not None and isinstance(cache, DynamicCache) and plain_dynamic(model):
-        snapshot((tuple((layer.keys, layer.values) for layer in cache.layers), last, mask))
     return _answer_logprobs(model, cache, last, mask, answer_ids, answer_mask)
 
 
@@ -58,27 +55,30 @@ def _from_snapshot(model: Any, kv: PromptKV, cache: Any | None, answer_ids: torc
     """The same log-probs as ``_chunked_logprobs`` for a model with the snapshot's weights, without the prompt
     prefill: the prompt's K/V go into ``cache`` (a fresh DynamicCache when None) with one update per layer."""
     layers, last, mask = kv
-    return _answer_logprobs(model, fill_cache(layers, cache, model.config), last, mask, answer_ids, answer_mask)
+    return _answer_logprobs(model, fill_cache(layers, cache, model.config, mask=mask), last, mask, answer_ids,
+                            answer_mask)
 
 
 class BaselineLogprobCache:
     """Keeps the baseline's answer log-probs (bf16) between variants, up to a byte budget, so the baseline's
-    teacher-forced pass runs once per batch instead of once per variant."""
+    teacher-forced pass runs once per batch instead of once per variant. (Prompt K/V live in one store,
+    ``run.snapshots.PromptSnapshots``, filled by the baseline's generation.)"""
 
-    def __init__(self, max_bytes: int = 4 << 30, prompt_bytes: int = 2 << 30) -> None:
+    def __init__(self, max_bytes: int = 4 << 30) -> None:
         self.max_bytes = max_bytes
         self.used = 0
-        self._store: dict[Any, torch.Tensor] = {}
-        self.prompt_bytes = prompt_bytes  # budget for the baseline's prompt K/V snapshots
-        self.prompt_used = 0
-        self.prompts: dict[Any, PromptKV] = {}
+        self._store: dict[Any, Any] = {}
 
-    def keep_prompt(self, key: Any, kv: PromptKV) -> None:
-        """Keep the baseline's prompt K/V for ``key`` if it fits the snapshot budget."""
-        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv[0])
-        if key is not None and key not in self.prompts and self.prompt_used + size <= self.prompt_bytes:
-            self.prompts[key] = kv
-            self.prompt_used += size
+    def get_rows(self, key: Any, compute: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
+        """Per-row bf16 log-probs (a verification pass's baseline side), kept under the same byte budget."""
+        if key in self._store:
+            return self._store[key]
+        rows = [r.to(torch.bfloat16) for r in compute()]
+        size = sum(r.numel() * 2 for r in rows)
+        if self.used + size <= self.max_bytes:
+            self._store[key] = rows
+            self.used += size
+        return rows
 
     def get(self, key: Any, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
         if key in self._store:
@@ -113,13 +113,10 @@ def _baseline_pass(base_model: Any, tokenizer: Any, prompts: Sequence[tuple[str,
     rows = [x[prefix_len:] for x in ids]
     args = (tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
     head = ids[0][:prefix_len]
-    keep = (lambda kv: cache.keep_prompt(cache_key, kv)) if cache_key is not None else None  # noqa: E731
 
     def compute() -> torch.Tensor:
         if snapshot is None:
-            return _chunked_logprobs(base_model, rows, encode_prefix(base_model, head), None, *args, keep)
-        if keep is not None:
-            keep(snapshot)
+            return _chunked_logprobs(base_model, rows, encode_prefix(base_model, head), None, *args)
         return _from_snapshot(base_model, snapshot, None, *args[1:])
     return cache.get(cache_key, compute), (rows, head, args)
 
@@ -131,7 +128,7 @@ def baseline_answer_logprobs(base_model: Any, tokenizer: Any, prompts: Sequence[
     """The baseline's full-vocabulary log-probs [batch, answer_len, vocab] at each answer token (bf16-rounded, as
     ``teacher_forced_kld`` compares them) and each answer's token ids (unpadded)."""
     ans = encode_answers(tokenizer, answers)
-    cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0, 0)
+    cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0)
     base_lp, _ = _baseline_pass(base_model, tokenizer, prompts, ans, cache, cache_key, prefix_len)
     ids = [row[:int(m.sum())].tolist() for row, m in zip(ans["input_ids"], ans["attention_mask"])]
     return base_lp, ids
@@ -151,14 +148,14 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
     (``run.snapshots``); used instead of a prompt prefill when its cache takes an exact prefill. ``base_snapshot``:
     the same for the baseline, kept from the baseline's generation."""
     ans = encode_answers(tokenizer, answers)
-    cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0, 0)
+    cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0)
     base_lp, (rows, head, args) = _baseline_pass(base_model, tokenizer, prompts, ans, cache, cache_key,
                                                  prefix_len, base_snapshot)
     var_cache = make_cache() if make_cache else None
     if var_snapshot is not None and exact_prefill(var_cache):
         var_lp = _from_snapshot(var_model, var_snapshot, var_cache, *args[1:])
-    elif var_model is base_model and exact_prefill(var_cache) and cache_key in cache.prompts:
-        var_lp = _from_snapshot(var_model, cache.prompts[cache_key], var_cache, *args[1:])
+    elif var_model is base_model and exact_prefill(var_cache) and base_snapshot is not None:
+        var_lp = _from_snapshot(var_model, base_snapshot, var_cache, *args[1:])
     else:
         var_lp = _chunked_logprobs(var_model, rows, encode_prefix(var_model, head, var_cache), var_cache, *args)
     var_lp = var_lp.to(torch.bfloat16).float()  # rounded like the cached baseline, so identical inputs give 0

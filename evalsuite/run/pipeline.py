@@ -18,13 +18,15 @@ def new_run_id() -> str:
 
 def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, progress: bool = True,
             log: Callable[[str], None] = print, baselines: Path | None = None,
-            strict_baseline: bool = False, registry: Registry | None = None, policy: Path | None = None) -> Store:
+            strict_baseline: bool = False, registry: Registry | None = None, policy: Path | None = None,
+            grow_baseline: bool = False) -> Store:
     """Prepare identical samples, load the model once, run baseline then variants into the run's store.
 
     Everything that can be refused (variant specs, task names and parameters) is checked before the model
     loads or anything is written. ``backend`` is chosen by the caller (``evalsuite.cli.backends``). With
     ``config.max_samples`` the run goes in sequential rounds gated with ``policy`` (``evalsuite.run.rounds``);
-    a resumed one continues from the samples it had drawn (its wall-clock budget starts afresh)."""
+    a resumed one continues from the samples it had drawn (its wall-clock budget starts afresh). ``grow_baseline``:
+    the baseline's answers are stored back under ``baselines`` (stored ones kept, new ones added)."""
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.run.rounds import Rounds
     from evalsuite.tasks.registry import default_registry
@@ -33,8 +35,8 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
     drawn = _drawn(run_dir) if resume else None
     tasks = prepare_tasks(config, registry or default_registry(), backend.task_context(), drawn)
     rounds = None
-    if config.max_samples is not None:
-        rounds = Rounds(config.max_samples, config.round_size, config.budget_s, policy, log)
+    if config.max_samples is not None or config.budget_s is not None:  # sequential: the budget ends it
+        rounds = Rounds(config.max_samples, config.round_size, config.budget_s, policy, log, config.batch_size)
     try:
         identity = backend.load()
         store = Store.open(run_dir) if resume else Store.create(run_dir, config.to_dict())
@@ -43,9 +45,11 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
             from evalsuite.run.baselines import BaselineSource
 
             source = BaselineSource(baselines, identity.fingerprint, config.seed, config.batch_size,
-                                    strict=strict_baseline, log=log)
+                                    strict=strict_baseline, log=log, grow=grow_baseline)
         Runner(config, backend, tasks, store, progress=progress, log=log, baseline_source=source).run(variants,
                                                                                                  rounds)
+        if source is not None and source.grow:  # store the baseline's answers, the stored ones and the new
+            source.save(store, tasks, variants[0].name)
     finally:
         backend.close()
     store.set_meta({"finished": time.time()})

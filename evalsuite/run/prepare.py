@@ -73,10 +73,10 @@ def prepare_tasks(config: RunConfig, registry: Registry, context: TaskContext | 
             task.context = context
         overrides = {**load_task_params(name), **config.task_params.get(name, {})}
         params = task.params(overrides)
-        if config.max_samples is not None:
+        if config.max_samples is not None or config.budget_s is not None:
             from evalsuite.tasks.stream import take
 
-            first = (drawn or {}).get(name) or min(config.round_size, config.max_samples)
+            first = (drawn or {}).get(name) or min(config.round_size, config.max_samples or config.round_size)
             samples = take(task, params, config.seed, first)
         else:
             samples = spread_limit(task.samples(params, config.seed), config.limit)

@@ -6,6 +6,9 @@ from typing import Any
 
 #: a baseline rerun at another batch size is stored as "<baseline>@noise" (the noise floor)
 NOISE_SUFFIX = "@noise"
+#: how the decoder stores a greedy answer (token ids + stop reason) and flushes quantized KV caches (per row);
+#: stored baselines and resumed runs are keyed by it, so rows of another decoder format are never mixed in
+DECODE_FORMAT = "ids-v1+rowflush-v1"
 
 
 @dataclass(frozen=True)
@@ -28,9 +31,29 @@ class SampleResult:
     itl_s: float | None = None
     metrics: dict[str, Any] = field(default_factory=dict)  # the task's secondary metrics (Score.metrics)
     outputs: tuple[str, ...] = ()  # all n generations when the task asks for n > 1 (pass@k); else empty
+    token_ids: tuple[int, ...] = ()  # the generated ids of a greedy single generation (what verification needs)
+    stop: str = ""  # why that generation ended: "eos", "stop" (a stop string), "length"; "" = not recorded
+    #: how the answer was obtained: "generated" (decoded in full), "verified" (the baseline's answer, every token
+    #: confirmed by the variant's own greedy choice), "diverged@t" (the baseline's first t tokens confirmed, the
+    #: rest decoded), "regenerated" (verification not possible: decoded in full); "" = stored before verification
+    decode: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The baseline's greedy answer to one prompt, as verification reads it: its generated ids (stop token
+    excluded) and why it ended."""
+
+    ids: tuple[int, ...]
+    stop: str  # "eos" | "stop" | "length"
+
+    @property
+    def fed(self) -> int:
+        """Answer tokens a verification pass feeds: all of them when the stop token after them is checked too."""
+        return len(self.ids) if self.stop == "eos" else max(len(self.ids) - 1, 0)
 
 
 @dataclass(frozen=True)

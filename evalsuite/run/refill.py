@@ -161,7 +161,7 @@ def _loop(model: Any, tokenizer: Any, ids: Sequence[Sequence[int]], gen: GenSett
         keep = []
         for j, r in enumerate(pool.rows):
             out[r].stamps.append(now)
-            if take_token(out[r].ids, int(tok[j]), stop_ids, gen, stops, text_of):
+            if take_token(out[r], int(tok[j]), stop_ids, gen, stops, text_of):
                 keep.append(j)
                 continue
             yield r, out.pop(r)

@@ -1,28 +1,25 @@
-"""Sequential rounds: draw samples in rounds, re-gate after each, keep sampling only where undecided.
+"""Sequential rounds: draw samples in rounds, re-gate after each, keep sampling only where undecided; the
+wall-clock budget, not a sample count, ends the run.
 
 Round 1 runs the first ``round_size`` samples of every task's stream (stratified over the task's slices, the same
-samples for every variant). After each round the run is gated as ``evalsuite gate`` would gate it; a (variant,
-task) whose checks are all decided (PASS or FAIL) stops asking for samples, a variant that FAILs stops entirely,
-and the next round draws ``GROWTH x round_size`` more samples only for tasks some variant still needs (the
-baseline answers them; decided variants skip them). Round 1 is small so a broken variant FAILs after a few samples;
-the survivors typically need many more pairs (a no-op about 77 per task at max_drop 0.05), and larger rounds give
-the decoder larger batches. A (variant, task) none of whose open checks can decide, by their own estimates
-(``more_needed``, from the observed discordance), within what ``max_samples`` leaves stops drawing too: it cannot
-be decided in this run, and its samples would only spend the budget the decidable ones need (it stays INCONCLUSIVE with its
-estimate; ``out_of_reach`` in the run's meta). The run ends when nothing is undecided, when every undecided task
-hit ``max_samples`` (or its finite stream ended), or when the wall-clock budget is spent: no new (variant, task)
-starts and a generation in progress stops after its current batch, so a round can end partway (rounds go task by
-task through every variant, so the budget cuts all variants alike). Each round takes the tasks cheapest first, by
-the seconds per sample measured so far (the first round in the configured order, which by default is cheapest
-first), and the run is re-gated after every task, so a budget cuts the expensive tasks and a failing variant is
-stopped on a cheap one, without running the rest of the round.
+samples for every variant). After each round the run is gated as ``evalsuite gate`` would gate it. A (variant,
+task) whose checks are decided stops asking for samples, a variant that FAILs stops entirely, and the next round
+draws more samples only for the tasks some variant still needs (the baseline answers them; decided variants skip
+them). A (variant, task) stops drawing only when its quickest open check cannot be decided in what is left: its
+``more_needed`` (``pairs_to_decide``, which counts the variant's pooled check as open on every task it pools)
+times the measured seconds per pair of that variant and task, plus its share of the baseline's seconds per sample
+(the baseline answers a sample once for all the variants that need it), exceeds the budget left; or the samples
+exceed the safety cap (``max_samples``; default each stream's size, or ``DEFAULT_CAP`` for an endless one).
+Draws grow geometrically (``GROWTH``, from ``round_size``), are sized to what the open checks ask for, and are
+rounded up to whole decode batches. The run ends when nothing is open, when no open task can grow, or when the
+budget is spent (no new (variant, task) starts; a generation in progress stops after its current batch). Each
+round takes the tasks cheapest first and is re-gated after every task, so a failing variant stops on a cheap task.
+The meta says why each (variant, task) stopped (``stopped``) and what a pair cost (``seconds_per_pair``).
 
-Why this keeps its error rates: the gate decides on anytime-valid confidence sequences (evalsuite.stats.sequential,
-docs/gate.md), valid at every n simultaneously, so looking after every round and stopping on a decision does not
-inflate them; and a re-gate of the stored run sees exactly the pairs the run stopped with, so it gives the same
-verdicts. Which (variant, task) keeps sampling may depend on the data seen so far (a decision, an estimate out of
-reach): a confidence sequence covers the truth at every n at once, so any such data-dependent stopping keeps its
-coverage. What was drawn per task is stored (``drawn``) so ``--resume`` continues from there.
+Why this keeps its error rates: the gate decides on anytime-valid confidence sequences (evalsuite.stats, docs/
+gate.md), valid at every n simultaneously, so looking after every task and stopping on a decision, an estimate or
+a budget does not inflate them; samples come in each stream's fixed order, never selected on outcomes. A re-gate
+of the stored run sees exactly the pairs the run stopped with. ``--resume`` continues from ``drawn``.
 """
 from __future__ import annotations
 
@@ -33,29 +30,36 @@ from typing import Any, Callable, Sequence
 
 from evalsuite.run.backend import VariantRef
 
-#: rounds after the first draw this many times ``round_size`` (cumulative 16, 48, 80, ... at round_size 16)
-GROWTH = 2
+GROWTH = 2  #: each draw of a task is at most this many times its previous one (16, +32, +64, ... at 16)
+DEFAULT_CAP = 1000  #: the safety cap per task of an endless stream when --max-samples is not given
 
 
 @dataclass
 class Rounds:
     """How a sequential run draws samples; ``drive`` runs it on a Runner."""
 
-    max_samples: int
+    max_samples: int | None = None  # safety cap per task (None: each stream's size, or DEFAULT_CAP)
     round_size: int = 16
     budget_s: float | None = None
     policy: Path | None = None  # the policy the run is gated with (default: the shipped one)
     log: Callable[[str], None] = print
+    batch_size: int = 1  # draws are rounded up to whole decode batches
     started: float = field(default_factory=time.monotonic)
     stop_reason: str = ""
     capped: dict[str, str] = field(default_factory=dict)  # task -> why it could not draw more
     out_of_reach: dict[str, dict[str, int]] = field(default_factory=dict)  # variant -> task -> pairs still needed
+    stopped: dict[str, dict[str, str]] = field(default_factory=dict)  # variant -> task -> why it stopped drawing
+    costs: dict[str, list[float]] = field(default_factory=dict)  # "variant/task" -> [seconds, pairs]
+    caps: dict[str, int] = field(default_factory=dict)  # task -> its cap
+    steps: dict[str, int] = field(default_factory=dict)  # task -> its last draw
 
     def drive(self, runner: Any, variants: Sequence[VariantRef]) -> None:
         """Rounds until decided, capped or out of budget; the final state is stored in the run's meta."""
         tasks = {t.name for t in runner.tasks}
         active = {v.name: set(tasks) for v in variants[1:]} or {variants[0].name: set(tasks)}
-        n_round = int(runner.store.meta().get("rounds", 0))
+        meta = runner.store.meta()
+        n_round, self.costs = int(meta.get("rounds", 0)), dict(meta.get("round_costs", {}))
+        self.caps = {t.name: task_cap(t, self.max_samples) for t in runner.tasks}
         if self.budget_s is not None:
             runner.deadline = self.started + self.budget_s
         while True:
@@ -65,16 +69,19 @@ class Rounds:
             self._store(runner, n_round)
             if runner.out_of_time():
                 self.stop_reason = f"budget of {self.budget_s:g} s spent"
+                self._mark(active, "budget spent")
                 break
             active = self._still_open(runner, variants)
             if not active:
                 reach = any(self.out_of_reach.values())
-                self.stop_reason = "every check decided" + (" or out of reach of --max-samples" if reach else "")
+                self.stop_reason = "every check decided" + (" or out of reach" if reach else "")
                 break
-            if not self._draw(runner, set().union(*active.values())):
+            if not self._draw(runner, active):
                 self.stop_reason = "sample cap reached: " + ", ".join(f"{t} ({why})" for t, why in
                                                                       sorted(self.capped.items()))
+                self._mark(active, "cap reached")
                 break
+            self._import_baseline(runner, variants[0].name, set().union(*active.values()))
         self._store(runner, n_round)
         self.log(f"sequential run: {n_round} round(s); stopped: {self.stop_reason}")
 
@@ -86,17 +93,35 @@ class Rounds:
         runner.tasks.sort(key=lambda t: (runner.cost_per_sample(t.name) or 0.0, order[t.name]))
 
     def one_round(self, runner: Any, variants: Sequence[VariantRef], active: dict[str, set[str]]) -> None:
-        """A round task by task (every variant on a task, then the next task); a variant the gate FAILs after a
-        task skips the rest of the round (a FAIL on the anytime-valid sequences stands, so nothing more is
-        needed from it)."""
+        """A round task by task: the baseline, then every open variant, each timed (seconds per pair); a variant
+        the gate FAILs after a task skips the rest of the round (a FAIL on the sequences stands)."""
+        base = variants[0].name
         for task in list(runner.tasks):
-            now = {v: {task.name} for v, tasks in active.items() if task.name in tasks}
+            now = [v for v, tasks in active.items() if task.name in tasks]
             if not now or runner.out_of_time():
                 continue
-            runner.round(variants, now, task_major=True)
+            for name in [base] + [v for v in now if v != base]:
+                self._timed(runner, variants, name, task.name, {name: {task.name}})
             if len(variants) > 1:
                 failed = self.failed(runner)
                 active = {v: tasks for v, tasks in active.items() if v not in failed}
+                for v in failed & set(now):
+                    self.stopped.setdefault(v, {})[task.name] = "variant FAILed"
+
+    def _timed(self, runner: Any, variants: Sequence[VariantRef], name: str, task: str,
+               active: dict[str, set[str]]) -> None:
+        """``runner.round`` for one variant on one task, adding its seconds and new pairs to ``costs``."""
+        before, t0 = len(runner.store.done_ids(name, task)), time.monotonic()
+        runner.round(variants, active, task_major=True)
+        pairs = len(runner.store.done_ids(name, task)) - before
+        if pairs > 0:
+            cost = self.costs.setdefault(f"{name}/{task}", [0.0, 0])
+            cost[0], cost[1] = cost[0] + time.monotonic() - t0, cost[1] + pairs
+
+    def per_pair(self, name: str, task: str) -> float:
+        """Measured seconds per pair of ``name`` on ``task`` (0.0 when not measured: a stored baseline, a copy)."""
+        seconds, pairs = self.costs.get(f"{name}/{task}", (0.0, 0))
+        return seconds / pairs if pairs else 0.0
 
     def failed(self, runner: Any) -> set[str]:
         """Variants the gate FAILs on what is stored so far."""
@@ -105,8 +130,8 @@ class Rounds:
         verdicts = gate_store(runner.store, self.policy).gate.variant_verdicts
         return {v for v, verdict in verdicts.items() if verdict == "FAIL"}
 
-    def _still_open(self, runner: Any, variants: Sequence[VariantRef]) -> dict[str, set[str]]:
-        """variant -> tasks the gate has not decided (and could decide with more samples)."""
+    def _still_open(self, runner: Any, variants: Sequence[VariantRef]) -> dict[str, dict[str, int]]:
+        """variant -> {task: pairs its quickest open check needs}, for the tasks that can still be decided."""
         from evalsuite.gate.store_gate import gate_store
         from evalsuite.gate.verdict import undecided
 
@@ -114,53 +139,108 @@ class Rounds:
             return {}
         gate = gate_store(runner.store, self.policy).gate
         drawn = {t.name: len(t.samples) for t in runner.tasks}
-        open_ = {}
-        for v, tasks in undecided(gate).items():
-            reach = {t for t in tasks if self._reachable(v, t, pairs_to_decide(gate, v, t), drawn.get(t, 0))}
-            if reach:
-                open_[v] = reach
-        return open_
+        open_all = undecided(gate)
+        for v in (v.name for v in variants[1:]):
+            for t in drawn:
+                if t not in open_all.get(v, set()) and t not in self.stopped.get(v, {}):
+                    self.stopped.setdefault(v, {})[t] = f"decided ({gate.variant_verdicts.get(v, '?')})"
+        needs = {v: {t: pairs_to_decide(gate, v, t) for t in tasks} for v, tasks in open_all.items()}
+        sharing = {t: sum(t in n for n in needs.values()) for t in drawn}
+        out: dict[str, dict[str, int]] = {}
+        for v, per_task in needs.items():
+            fit = {t: need for t, need in per_task.items()
+                   if self._fits(v, t, need, drawn.get(t, 0), sharing[t], variants[0].name)}
+            if fit:
+                out[v] = fit
+        return out
 
-    def _reachable(self, variant: str, task: str, need: int, drawn: int) -> bool:
-        """Whether ``need`` more samples of ``task`` fit in what ``max_samples`` leaves; else recorded and said."""
-        room = self.max_samples - drawn
-        if need <= room:
+    def _fits(self, variant: str, task: str, need: int, drawn: int, sharing: int, base: str) -> bool:
+        """Whether ``need`` more pairs fit in the cap and the budget left; else recorded, said once, and False."""
+        room = self.caps.get(task, DEFAULT_CAP) - drawn
+        seconds = need * (self.per_pair(variant, task) + self.per_pair(base, task) / max(sharing, 1))
+        left = self.started + self.budget_s - time.monotonic() if self.budget_s is not None else None
+        if need <= room and (left is None or seconds <= left):
             self.out_of_reach.get(variant, {}).pop(task, None)
+            self.stopped.get(variant, {}).pop(task, None)
             return True
+        why = (f"~{need} more pairs, more than the cap of {self.caps.get(task)} leaves ({drawn} drawn)"
+               if need > room else f"~{need} more pairs take ~{seconds:.0f} s, more than the {max(left, 0):.0f} s "
+                                   "of budget left")
         if self.out_of_reach.setdefault(variant, {}).get(task) is None:
-            self.log(f"{variant} · {task}: ~{need} more samples to decide, more than --max-samples "
-                     f"{self.max_samples} leaves ({drawn} drawn): no more samples for it")
+            self.log(f"{variant} · {task}: {why}: no more samples for it")
         self.out_of_reach[variant][task] = need
+        self.stopped.setdefault(variant, {})[task] = "out of reach: " + why
         return False
 
-    def _draw(self, runner: Any, needed: set[str]) -> bool:
-        """Draw the next round for the ``needed`` tasks; False when none of them can grow."""
+    def _draw(self, runner: Any, active: dict[str, dict[str, int]]) -> bool:
+        """Draw the next samples of every task an open variant needs; False when none of them can grow."""
         grew = False
         for task in runner.tasks:
-            if task.name not in needed or task.name in self.capped:
+            wants = [need[task.name] for need in active.values() if task.name in need]
+            if not wants or task.name in self.capped:
                 continue
-            room = self.max_samples - len(task.samples)
+            room = self.caps.get(task.name, DEFAULT_CAP) - len(task.samples)
+            k = draw_size(max(wants), self.steps.get(task.name, self.round_size), self.batch_size, room)
             if room <= 0:
-                self.capped[task.name] = f"--max-samples {self.max_samples}"
+                self.capped[task.name] = f"cap {self.caps.get(task.name)}"
                 continue
-            if task.draw(min(GROWTH * self.round_size, room)) == 0:
+            if task.draw(k) == 0:
                 self.capped[task.name] = f"its {len(task.samples)} samples are all used"
                 continue
-            grew = True
+            self.steps[task.name], grew = k, True
         return grew
+
+    def _import_baseline(self, runner: Any, base: str, tasks: set[str]) -> None:
+        """Take the new samples' baseline answers from a stored baseline, where it has them (no regeneration)."""
+        source = getattr(runner, "baseline_source", None)
+        if source is None:
+            return
+        for task in runner.tasks:
+            if task.name in tasks:
+                source.import_into(runner.store, task, base, runner.backend.settings(), quiet=True)
+
+    def _mark(self, active: dict[str, Any], why: str) -> None:
+        for v, tasks in active.items():
+            for t in tasks:
+                self.stopped.setdefault(v, {}).setdefault(t, why)
 
     def _store(self, runner: Any, n_round: int) -> None:
         runner.store.set_meta({"rounds": n_round, "drawn": {t.name: len(t.samples) for t in runner.tasks},
                                "stop_reason": self.stop_reason, "capped": self.capped,
-                               "out_of_reach": {v: t for v, t in self.out_of_reach.items() if t}})
+                               "out_of_reach": {v: t for v, t in self.out_of_reach.items() if t},
+                               "stopped": self.stopped, "round_costs": self.costs,
+                               "seconds_per_pair": {k: round(s / n, 3) for k, (s, n) in self.costs.items() if n}})
+
+
+def task_cap(task: Any, max_samples: int | None) -> int:
+    """A task's safety cap: ``max_samples`` if given, else its stream's size, or ``DEFAULT_CAP`` when endless."""
+    if max_samples is not None:
+        return max_samples
+    size = task.task.stream_size(task.params, task.seed)
+    return size if size is not None else DEFAULT_CAP
+
+
+def draw_size(want: int, last: int, batch: int, room: int) -> int:
+    """The next draw of a task: what its open checks ask for, at least one decode batch, at most ``GROWTH``
+    times its last draw, rounded up to whole batches, within ``room``."""
+    k = min(max(want, batch, 1), GROWTH * max(last, 1))
+    k = -(-k // max(batch, 1)) * max(batch, 1)
+    return max(0, min(k, room))
 
 
 def pairs_to_decide(gate: Any, variant: str, task: str) -> int:
     """Samples of ``task`` after which its quickest open check would decide (``more_needed``), a slice check's
     estimate scaled from its own pairs to the task's (a slice with a third of the samples needs three task samples
-    per pair). The quickest, not the slowest: one check's FAIL decides the variant, and a PASSed check leaves the
-    others to be re-estimated next round; only when no open check can decide is the task out of reach."""
+    per pair), the pooled check's shared out over its tasks by their pairs. The quickest, not the slowest: one
+    check's FAIL decides the variant, and a PASSed check leaves the others to be re-estimated next round."""
+    from evalsuite.gate.pooled import POOLED
+
+    mine = [c for c in gate.checks if c.variant == variant and c.verdict == "INCONCLUSIVE" and c.more_needed]
     task_n = max((c.n for c in gate.checks if c.variant == variant and c.task == task), default=0)
-    needs = [-(-c.more_needed * task_n // c.n) if c.n and task_n > c.n else c.more_needed for c in gate.checks
-             if c.variant == variant and c.task == task and c.verdict == "INCONCLUSIVE" and c.more_needed is not None]
+    needs = [-(-c.more_needed * task_n // c.n) if c.n and task_n > c.n else c.more_needed
+             for c in mine if c.task == task]
+    for c in mine:
+        share = dict(c.pools).get(task) if c.task == POOLED else None
+        if share and c.n:
+            needs.append(-(-c.more_needed * share // c.n))
     return min(needs, default=0)

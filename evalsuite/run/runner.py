@@ -19,8 +19,9 @@ from evalsuite.errors import StoreMismatch
 from evalsuite.run.backend import Backend, ModelIdentity, VariantRef
 from evalsuite.run.config import RunConfig
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.run.records import NOISE_SUFFIX, KLDResult
+from evalsuite.run.records import NOISE_SUFFIX, KLDResult, Reference
 from evalsuite.run.store import Store
+from evalsuite.run.verified import VerifyTally, audit
 
 #: KLD method code of rows copied from the baseline (``Runner.copy_baseline``)
 SAME_AS_BASELINE = "identical-to-baseline (KL 0 exactly)"
@@ -76,7 +77,10 @@ class Runner:
             if variant is not baseline and self.copies_baseline(variant):
                 self.copy_baseline(baseline.name, variant.name, task)
                 continue
-            self.generate(variant, variant.name, self.config.batch_size, [task])
+            if variant is not baseline and self.config.verify:
+                self.verify(variant, baseline.name, task)
+            self.generate(variant, variant.name, self.config.batch_size, [task],
+                          "regenerated" if variant is not baseline and self.config.verify else "generated")
             if variant is not baseline and self.config.kld and not self.out_of_time():
                 self.kld(variant, variant.name, baseline.name, kld_batch, [task])
 
@@ -157,9 +161,52 @@ class Runner:
             if self.baseline_source.import_into(self.store, task, name, self.backend.settings()):
                 self.log(f"{name}/{task.name}: reused stored baseline")
 
+    def verify(self, variant: VariantRef, baseline: str, task: PreparedTask) -> None:
+        """Verified answers (and their KLD, from the same pass) for the samples whose baseline answer can be
+        verified (``run.verify``); what cannot be (sampling, rows without ids) is left to ``generate``."""
+        why = self.backend.verifies(variant)
+        if why or task.gen.temperature > 0 or task.gen.n != 1:
+            return self.note_unverified(variant.name, task.name, why or "sampled or pass@k generations")
+        base = {r.sample_id: r for r in self.store.samples(baseline, task.name) if r.stop}
+        done = self.store.done_ids(variant.name, task.name)
+        todo = [i for i, s in enumerate(task.samples) if s.id not in done and s.id in base]
+        if not todo:
+            return None
+        rows = [base[task.samples[i].id] for i in todo]
+        refs = [Reference(tuple(r.token_ids), r.stop) for r in rows]
+        bar = tqdm(total=len(todo), desc=f"verify {variant.name} · {task.name}", disable=not self.progress,
+                   leave=False)
+        started, cost = time.monotonic(), self.spent.setdefault(task.name, [0.0, 0])
+        tally = VerifyTally(self.store, variant.name, task.name)
+        for got in self.backend.verify(variant, variant.name, task, todo, refs, [r.output for r in rows],
+                                       self.config.batch_size):
+            cost[0], cost[1] = cost[0] + time.monotonic() - started, cost[1] + len(got)
+            started = time.monotonic()
+            self.store.put_samples(s for s, _, _ in got)
+            if self.config.kld:
+                self.store.put_kld(k for _, k, _ in got)
+            tally.add(v for _, _, v in got)
+            bar.update(len(got))
+            if self.out_of_time():
+                break
+        bar.close()
+        tally.save()
+        if self.config.verify_audit > 0 and not self.out_of_time():
+            audit(self, variant, task, self.config.verify_audit)
+        return None
+
+    def note_unverified(self, name: str, task: str, why: str) -> None:
+        """Log once per (variant, task) why its answers are regenerated, and keep the reason in the meta."""
+        notes = self.store.meta().get("unverified", {})
+        if notes.get(name, {}).get(task) != why:
+            self.log(f"{name}/{task}: answers regenerated, not verified: {why}")
+            notes.setdefault(name, {})[task] = why
+            self.store.set_meta({"unverified": notes})
+
     def generate(self, variant: VariantRef, name: str, batch_size: int,
-                 tasks: Sequence[PreparedTask] | None = None) -> None:
-        """Generate the samples still to do, storing each group as the backend completes it."""
+                 tasks: Sequence[PreparedTask] | None = None, decode: str = "generated") -> None:
+        """Generate the samples still to do, storing each group as the backend completes it (``decode``: how the
+        stored rows say they were obtained)."""
         for task in self.tasks if tasks is None else tasks:
             todo = self.todo(name, task)
             if not todo:
@@ -170,7 +217,8 @@ class Runner:
                 cost[0], cost[1] = cost[0] + time.monotonic() - started, cost[1] + len(rows)
                 started = time.monotonic()
                 done = self.store.done_ids(name, task.name)  # a retried shard may repeat stored rows
-                self.store.put_samples(r for r in rows if r.sample_id not in done)
+                self.store.put_samples(dataclasses.replace(r, decode=decode) for r in rows
+                                       if r.sample_id not in done)
                 bar.update(len(rows))
                 if self.out_of_time():
                     break  # what is stored stays; the rest of this round is not generated

@@ -26,7 +26,10 @@ def score_sample(task: PreparedTask, index: int, gens: Sequence[Any], name: str,
                         prompt_hash=sample.content_hash(), output=texts[0], score=float(sc.value),
                         extracted=sc.extracted, reason=sc.reason, metadata=meta, prompt=prompt,
                         n_tokens=first.n_tokens, ttft_s=first.ttft_s, itl_s=first.itl_s,
-                        metrics=_jsonable_metrics(sc.metrics), outputs=tuple(texts) if len(texts) > 1 else ())
+                        metrics=_jsonable_metrics(sc.metrics), outputs=tuple(texts) if len(texts) > 1 else (),
+                        token_ids=tuple(getattr(first, "ids", ())) if len(texts) == 1 else (),
+                        stop=getattr(first, "stop", "") if len(texts) == 1 else "",
+                        decode=getattr(first, "decode", "") or "generated")
 
 
 def _jsonable_metrics(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -17,14 +17,19 @@ CREATE TABLE IF NOT EXISTS variants (variant TEXT PRIMARY KEY, info TEXT NOT NUL
 CREATE TABLE IF NOT EXISTS samples (
   variant TEXT, task TEXT, task_version TEXT, sample_id TEXT, prompt_hash TEXT, prompt TEXT, output TEXT,
   score REAL, extracted TEXT, reason TEXT, metadata TEXT, n_tokens INTEGER, ttft_s REAL, itl_s REAL,
-  metrics TEXT, outputs TEXT, created REAL, PRIMARY KEY (variant, task, sample_id));
+  metrics TEXT, outputs TEXT, created REAL, token_ids TEXT DEFAULT '[]', stop TEXT DEFAULT '',
+  decode TEXT DEFAULT '', PRIMARY KEY (variant, task, sample_id));
 CREATE TABLE IF NOT EXISTS kld (
   variant TEXT, task TEXT, sample_id TEXT, token_kld TEXT, top1_agree INTEGER, n_tokens INTEGER,
   method TEXT DEFAULT '', PRIMARY KEY (variant, task, sample_id));
 """
 _SAMPLE_COLS = ("variant", "task", "task_version", "sample_id", "prompt_hash", "prompt", "output", "score",
-                "extracted", "reason", "metadata", "n_tokens", "ttft_s", "itl_s", "metrics", "outputs")
-_JSON_COLS = ("metadata", "metrics", "outputs")
+                "extracted", "reason", "metadata", "n_tokens", "ttft_s", "itl_s", "metrics", "outputs", "token_ids",
+                "stop", "decode")
+_JSON_COLS = ("metadata", "metrics", "outputs", "token_ids")
+#: columns added after schema 2 was first written (older stores get them, empty: their rows regenerate)
+_ADDED = {"samples": (("token_ids", "TEXT DEFAULT '[]'"), ("stop", "TEXT DEFAULT ''"), ("decode", "TEXT DEFAULT ''")),
+          "kld": (("method", "TEXT DEFAULT ''"),)}
 
 
 class Store:
@@ -38,10 +43,12 @@ class Store:
         self.conn = sqlite3.connect(self.path)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.executescript(_SCHEMA)
-        cols = {r[1] for r in self.conn.execute("PRAGMA table_info(kld)")}
-        if "method" not in cols:  # a store written before rows recorded their KLD method
+        for table, added in _ADDED.items():  # a store written before these columns existed
+            cols = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
             with self.conn:
-                self.conn.execute("ALTER TABLE kld ADD COLUMN method TEXT DEFAULT ''")
+                for name, decl in added:
+                    if name not in cols:
+                        self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
 
     @classmethod
     def create(cls, run_dir: Path, config: dict[str, Any]) -> "Store":
@@ -113,6 +120,7 @@ class Store:
             d = dict(zip(_SAMPLE_COLS, row))
             d.update({c: json.loads(d[c]) for c in _JSON_COLS})
             d["outputs"] = tuple(d["outputs"])
+            d["token_ids"] = tuple(d["token_ids"] or ())
             out.append(SampleResult(**d))
         return out
 

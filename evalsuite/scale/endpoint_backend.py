@@ -112,6 +112,10 @@ class EndpointBackend:
         """A server's weights cannot be compared with the baseline's."""
         return False
 
+    def verifies(self, variant: EndpointSpec) -> str:
+        """Served variants generate every answer (a teacher-forced pass through a server is not verified)."""
+        return "served variants generate every answer"
+
     def info(self, variant: EndpointSpec, name: str) -> VariantInfo:
         return VariantInfo(variant=name, spec=variant.to_dict(), weight_bytes=0, weight_formula_bytes=0)
 

@@ -138,6 +138,15 @@ class MixedBackend:
     def same_as_baseline(self, variant: VariantRef) -> bool:
         return not isinstance(variant, EndpointSpec) and self.local.same_as_baseline(variant)
 
+    def verifies(self, variant: VariantRef) -> str:
+        """In-process variants are verified as ``InProcessBackend`` verifies them; served ones generate."""
+        return "served variants generate every answer" if isinstance(variant, EndpointSpec) else \
+            self.local.verifies(variant)
+
+    def verify(self, variant: VariantRef, name: str, task: PreparedTask, indices: Sequence[int], refs: Any,
+               outputs: Sequence[str], batch_size: int) -> Iterator[list[Any]]:
+        yield from self.local.verify(variant, name, task, indices, refs, outputs, batch_size)
+
     def info(self, variant: VariantRef, name: str) -> VariantInfo:
         if not isinstance(variant, EndpointSpec):
             return self.local.info(variant, name)

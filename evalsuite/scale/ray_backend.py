@@ -167,6 +167,10 @@ class RayBackend:
         """Variants are built on the workers: every one runs (its answers then show it)."""
         return False
 
+    def verifies(self, variant: VariantSpec) -> str:
+        """Workers generate every answer (the baseline's answers are not shipped to them for verification)."""
+        return "Ray workers generate every answer"
+
     def info(self, variant: VariantSpec, name: str) -> VariantInfo:
         return self._ray_get(self._submit("info", variant.to_dict(), name, None, (), 0))
 

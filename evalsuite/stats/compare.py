@@ -201,7 +201,20 @@ def _stats(name: str, task: str, slice_name: str, members: Sequence[_Item], is_b
         delta=delta, ci_low=lo, ci_high=hi, binary=is_binary,
         agreement=sum(b.output == v.output for b, v in pairs) / len(pairs) if pairs else 0.0,
         n_unpaired=len(members) - len(pairs), metrics=metric_means(pairs), **flips, **kld_aggregate(klds),
-        cs_low=cs_lo, cs_high=cs_hi, diff_sd=float(np.std(var - base)) if pairs else 0.0)
+        cs_low=cs_lo, cs_high=cs_hi, diff_sd=float(np.std(var - base)) if pairs else 0.0,
+        n_informative=informative(base, var, is_binary), diff_counts=_diff_counts(var - base))
+
+
+def informative(base: np.ndarray, var: np.ndarray, is_binary: bool) -> int:
+    """Pairs with at least one side right (binary: score >= 0.5; continuous: score > 0)."""
+    if is_binary:
+        return int(np.sum((base >= 0.5) | (var >= 0.5)))
+    return int(np.sum((base > 0) | (var > 0)))
+
+
+def _diff_counts(diff: np.ndarray) -> tuple[tuple[float, int], ...]:
+    values, counts = np.unique(np.round(np.clip(diff, -1.0, 1.0), 12), return_counts=True)
+    return tuple((float(v), int(c)) for v, c in zip(values, counts))
 
 
 def metric_means(pairs: Sequence[tuple[SampleResult, SampleResult]]) -> dict[str, dict[str, float]]:

@@ -34,21 +34,34 @@ _NEG = -1e30  # stands for log(0): finite, so that a zero weight times it is 0, 
 _STEPS = 128  # grid points per refinement of a bound
 
 
-def log_capital(values: np.ndarray, weights: np.ndarray, m: float, upper: bool = False) -> np.ndarray:
-    """log of the mixture capital betting that the mean exceeds ``m`` (``upper``: that it is below ``m``).
+def log_capital_per_c(values: np.ndarray, weights: np.ndarray, m: float, upper: bool = False) -> np.ndarray:
+    """log K_n(m, c) of every betting fraction c of the grid, shape (..., GRID), without the mixture weights.
 
-    ``weights`` has shape (..., k) for k ``values``; the result has shape (...).
-    """
+    Products of these over independent groups (tasks) at the same c are still supermartingales under the
+    null, which is what ``evalsuite.stats.pooled`` sums."""
     v = np.asarray(values, dtype=float)
     w = np.asarray(weights, dtype=float)
     if upper:
         v, m = 1.0 - v, 1.0 - m
     if m <= 0.0:  # "mean <= 0" is refuted by any positive observation, never by zeros
-        return np.where((w * (v > 0)).sum(axis=-1) > 0, np.inf, 0.0)
+        hit = np.where((w * (v > 0)).sum(axis=-1) > 0, np.inf, 0.0)
+        return np.repeat(hit[..., None], GRID, axis=-1)
     with np.errstate(divide="ignore"):
         logf = np.log(np.maximum(1.0 - _C[:, None] + _C[:, None] * v[None, :] / m, 0.0))  # (GRID, k)
-    per_c = w @ np.maximum(logf, _NEG).T + _LOGW  # (..., GRID)
-    return logsumexp(per_c, axis=-1)
+    return w @ np.maximum(logf, _NEG).T  # (..., GRID)
+
+
+def mix(per_c: np.ndarray) -> np.ndarray:
+    """The mixture over betting fractions: log sum_c prior(c) K_n(m, c), from ``log_capital_per_c``."""
+    return logsumexp(per_c + _LOGW, axis=-1)
+
+
+def log_capital(values: np.ndarray, weights: np.ndarray, m: float, upper: bool = False) -> np.ndarray:
+    """log of the mixture capital betting that the mean exceeds ``m`` (``upper``: that it is below ``m``).
+
+    ``weights`` has shape (..., k) for k ``values``; the result has shape (...).
+    """
+    return mix(log_capital_per_c(values, weights, m, upper))
 
 
 def rejects(values: np.ndarray, weights: np.ndarray, m: float, upper: bool = False,

@@ -37,6 +37,11 @@ class PairedStats:
     cs_low: float | None = None
     cs_high: float | None = None
     diff_sd: float = 0.0  # standard deviation of the paired differences (extrapolates more_needed)
+    #: pairs where at least one side scored (binary: was right): the pairs that say something about the variant
+    #: (None on rows built by hand). A slice both sides fail throughout adds pairs but no information.
+    n_informative: int | None = None
+    #: the distinct paired differences and their counts ((d, count), ...): what the pooled check bets on
+    diff_counts: tuple[tuple[float, int], ...] = ()
 
     @property
     def flip_rate(self) -> float:

@@ -28,6 +28,8 @@ KINDS = ("single", "multi_key", "multi_value", "multi_query", "variable_tracking
 VALUE_TYPES = ("number", "word", "uuid")
 MULTI_ANSWER = ("multi_value", "multi_query", "variable_tracking")
 SYSTEM = "You are a careful reader. Answer with the requested value only, no explanation."
+#: the longest context_len accepted when the model's window is unknown (a served model): larger is a typo
+MAX_CONTEXT = 1 << 21
 _NOUN = {"number": "number", "word": "word", "uuid": "UUID"}
 
 
@@ -177,6 +179,7 @@ class NeedleTask(Task):
         length and depth evenly), pass after pass with the repeat index rep = 0, 1, 2, ... in the ids."""
         p = self.params(params)
         _check(p)
+        self._check_lengths(p)
         order = _grid_order(p)
         for k in count(start):
             rep, pos = divmod(k, len(order))
@@ -222,6 +225,17 @@ class NeedleTask(Task):
             target["prompt_tokens"] = measured
             self._check_window(ctx, measured, p)
         return Sample(id=sid, messages=messages, target=target, metadata=meta)
+
+    def _check_lengths(self, p: dict[str, Any]) -> None:
+        """Refuse a context_len beyond the model's window (or beyond MAX_CONTEXT when the window is unknown)
+        before any haystack is built: building one of 10^8 tokens would take minutes before the same refusal."""
+        window = self.context.max_positions() if self.context.max_positions else None
+        top = max(p["context_lens"])
+        if window and top + p["max_new_tokens"] > window:
+            raise EvalsuiteError(f"task 'needle': context_len {top} + {p['max_new_tokens']} answer tokens is "
+                                 f"more than {self.context.model_name}'s {window}-token window")
+        if top > MAX_CONTEXT:
+            raise EvalsuiteError(f"task 'needle': context_len {top} is more than {MAX_CONTEXT} tokens")
 
     def _check_window(self, ctx: int, measured: int, p: dict[str, Any]) -> None:
         window = self.context.max_positions() if self.context.max_positions else None

@@ -34,13 +34,14 @@ class BuiltVariant:
     def name(self) -> str:
         return self.spec.name
 
-    def make_cache(self) -> Any | None:
-        """A fresh KV cache for one batch (None = transformers' default DynamicCache)."""
+    def make_cache(self, keep_exact: bool = False) -> Any | None:
+        """A fresh KV cache for one batch (None = transformers' default DynamicCache); ``keep_exact``: evalsuite's
+        cache also keeps full-precision K/V (a verification pass)."""
         if self.spec.kv is None:
             return None
         from evalsuite.kvcache import make_cache
 
-        return make_cache(self.spec.kv, self.model.config)
+        return make_cache(self.spec.kv, self.model.config, keep_exact=keep_exact)
 
     @property
     def float_bytes(self) -> int:

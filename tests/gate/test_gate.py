@@ -159,8 +159,8 @@ def test_noop_variant_passes_with_zero_flips_and_kld() -> None:
     stats, gate = gate_run(base, {"same": same}, {"same": kld_for("same", same, 0.0)}, load_policy())
     assert gate.overall == "PASS" and gate.exit_code == 0 and gate.variant_verdicts == {"same": "PASS"}
     assert all(s.flip_rate == 0 and s.delta == 0 and s.kld_mean == 0 and s.agreement == 1 for s in stats)
-    assert {c.check for c in gate.checks} == {"max_drop", "max_flip_rate", "max_kld"}
-    assert all(c.n == 100 and c.more_needed is None for c in gate.checks if c.slice == "all")
+    assert {c.check for c in gate.checks} == {"max_drop", "max_flip_rate", "max_kld", "pooled_max_drop"}
+    assert all(c.n == 100 and c.more_needed is None for c in gate.checks if c.slice == "all" and c.task != "*")
     assert undecided(gate) == {}
     json.dumps([s.to_dict() for s in stats] + [gate.to_dict()], allow_nan=False)
 
@@ -194,7 +194,9 @@ def test_selector_slice_pools_long_contexts() -> None:
     (c,) = [c for c in gate.checks if c.slice == "context_len>=2048" and c.check == "max_drop"]
     assert c.verdict == "FAIL" and c.reason.startswith("needle[context_len>=2048]: Δ=-0.500")
     assert "exceeds max_drop 0.1" in c.reason and "\n" not in c.reason
-    assert {c.task for c in gate.checks if c.verdict != "PASS"} == {"needle"}
+    assert {c.task for c in gate.checks if c.verdict != "PASS" and c.task != "*"} == {"needle"}
+    (pool,) = [c for c in gate.checks if c.task == "*"]
+    assert pool.verdict != "PASS" and "lowest: needle" in pool.reason  # needle pulls the pooled margin down
 
 
 def test_missing_task_and_slice_are_inconclusive() -> None:
@@ -222,7 +224,7 @@ def test_inconclusive_checks_estimate_the_samples_still_needed() -> None:
     _, gate = gate_run(base, {"same": same, "gone": gone}, {}, load_policy())
     (c,) = [c for c in gate.checks if c.variant == "same" and c.task == "code" and c.check == "max_drop"]
     assert c.verdict == "INCONCLUSIVE" and c.n == 40 and 20 <= c.more_needed <= 60
-    assert "(n=40)" in c.reason and f"~{c.more_needed} more pairs" in c.reason
+    assert "(n=40, 30 with a side right)" in c.reason and f"~{c.more_needed} more pairs" in c.reason
     _, again = gate_run(records("bf16", n=40 + c.more_needed), {"same": records("same", n=40 + c.more_needed)},
                         {}, load_policy())
     assert [x.verdict for x in again.checks if x.task == "code" and x.check == "max_drop"] == ["PASS"]

@@ -54,3 +54,40 @@ def test_easy_cases_stop_early(rows, sim) -> None:
 def test_bulk_agrees_with_gate_run(rows, sim) -> None:
     agree, total = sim.check_replay(rows, 0.05, 2)
     assert agree == total
+
+
+# --- several tasks per variant: per-task, slice, flip and pooled checks together ------------------------------
+
+@pytest.fixture(scope="module")
+def multi(sim):
+    import gate_simulation_tasks as m  # beside gate_simulation.py, which put its folder on sys.path
+
+    return m, [(sc, m.run(sc, 200, 112, seed=21 + i), m.run(sc, 200, 112, seed=21 + i, use_pooled=False))
+               for i, sc in enumerate(m.scenarios())]
+
+
+def test_several_tasks_keep_both_error_rates(multi) -> None:
+    _, rows = multi
+    for sc, a, _ in rows:
+        wrong = 2 if sc.kind == "none" else 0  # FAIL under no change / within tolerance; PASS under a drop
+        assert np.mean(a["verdict"] == wrong) <= MARGIN, sc
+        assert (a["look_fail"] if wrong == 2 else a["look_pass"]).max() <= MARGIN, sc  # any single look
+
+
+def test_the_pooled_check_buys_power_on_a_drop_everywhere(multi) -> None:
+    _, rows = multi
+    for sc, a, plain in rows:
+        if sc.label == "2x drop on every task":
+            assert np.mean(a["verdict"] == 2) >= np.mean(plain["verdict"] == 2), sc  # never less power
+            if sc.churn <= 0.01:
+                assert np.mean(a["verdict"] == 2) >= 0.8 and np.mean(plain["verdict"] == 2) < 0.85, sc
+    gained = [np.mean(a["verdict"] == 2) - np.mean(p["verdict"] == 2) for sc, a, p in rows
+              if sc.label == "2x drop on every task"]
+    assert np.mean(gained) > 0.05  # ~+10 points on average at 112 pairs per task
+
+
+def test_multi_bulk_agrees_with_gate_run(multi) -> None:
+    m, rows = multi
+    for sc, a, _ in rows[::3]:
+        for r in range(3):
+            assert m.replay(a["codes"], r, int(a["used"][r])) == int(a["verdict"][r]), sc

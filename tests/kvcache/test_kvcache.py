@@ -30,8 +30,8 @@ def _kl(ref: torch.Tensor, other: torch.Tensor) -> float:
     return (lp.exp() * (lp - lq)).sum(-1).mean().item()
 
 
-def _layer(cfg: KVConfig, head_dim: int = 32, keep: bool = True) -> QuantKVLayer:
-    return QuantKVLayer(plan_for(cfg, head_dim, keep))
+def _layer(cfg: KVConfig, head_dim: int = 32, keep: bool = False) -> QuantKVLayer:
+    return QuantKVLayer(plan_for(cfg, head_dim), keep_exact=keep)
 
 
 @pytest.mark.parametrize("keep", [True, False])
@@ -126,13 +126,13 @@ def test_decode_steps_close_to_dynamic_cache(model, cfg: KVConfig) -> None:
     assert _kl(logits["dyn"], logits["q"]) < 1e-3
 
 
-def test_keep_dequantized_is_only_a_speed_choice(model) -> None:
+def test_keep_exact_is_only_a_memory_choice(model) -> None:
     ids = _ids(length=45)
     cfg = KVConfig(bits=2, group=8, residual=8, prefill="quantized")
     with torch.no_grad():
         outs = []
         for keep in (True, False):
-            cache = make_cache(cfg, model.config, keep_dequantized=keep)
+            cache = make_cache(cfg, model.config, keep_exact=keep)
             a = model(ids[:, :30], cache=cache, use_cache=True).logits
             b = model(ids[:, 30:], cache=cache, use_cache=True).logits
             outs.append((torch.cat([a, b], 1), cache_nbytes(cache)))

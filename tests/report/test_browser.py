@@ -221,3 +221,29 @@ def test_detector_sees_errors_and_blocked_requests(tmp_path):
     assert any("undefinedFunction" in p for p in problems), problems
     assert any("Content Security Policy" in p for p in problems), problems
     assert "https://example.invalid/x.png" in urls
+
+
+NAME_BADGE_JS = """JSON.stringify(Array.from(document.querySelectorAll('.card')).map(c => {
+  const n = c.querySelector('.name').getBoundingClientRect(), v = c.querySelector('.verdict').getBoundingClientRect();
+  return {variant: c.getAttribute('data-variant'), name_right: n.right, badge_left: v.left, badge_right: v.right,
+          card_right: c.getBoundingClientRect().right};
+}))"""
+
+
+def test_a_long_variant_name_does_not_run_into_its_badge(tmp_path):
+    """w4g64+kv4g32r128 (and longer) beside its verdict badge: the name wraps, the badge stays whole and apart."""
+    report = crafted_report()
+    long_name = "w4g64+kv4g32r128+padding-to-make-it-longer"
+    old = report["variants"][-1]["variant"]
+    rename = (lambda row: {**row, "variant": long_name} if row.get("variant") == old else row)
+    report = {**report, "variants": [rename(v) for v in report["variants"]],
+              "checks": [rename(c) for c in report["checks"]], "stats": [rename(s) for s in report["stats"]]}
+    page = tmp_path / "index.html"
+    page.write_text(render_html(report), encoding="utf-8")
+    values, problems, _, shot = load_page(page, tmp_path / "profile", [NAME_BADGE_JS], height=800)
+    assert problems == []
+    for c in json.loads(values[0]):
+        assert c["name_right"] <= c["badge_left"] and c["badge_right"] <= c["card_right"], c
+    (tmp_path / "long-name.png").write_bytes(shot)
+    if os.environ.get("REPORT_SCREENSHOT_LONG"):
+        Path(os.environ["REPORT_SCREENSHOT_LONG"]).write_bytes(shot)

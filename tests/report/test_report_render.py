@@ -318,3 +318,52 @@ def test_results_json_round_trip_and_v1_reports(report):
     page = render_html(v1)
     assert 'class="card v-FAIL"' in page and 'id="metrics"' not in page
     assert "## Decision" in render_markdown(v1) and ET.fromstring(render_junit(v1)).get("tests") == "8"
+
+
+def _check(task, verdict, observed, more, check="max_drop", slice_="all"):
+    return {"variant": "w4g64", "task": task, "slice": slice_, "check": check, "threshold": 0.05,
+            "observed": observed, "verdict": verdict, "reason": f"{task}: ...", "more_needed": more, "n": 16}
+
+
+def test_inconclusive_card_leads_with_the_largest_drop_and_the_nearest_decision():
+    """The grid of issue 23: w4g64's card led with code at ~304 more pairs while needle (-0.375, ~2 more) hid."""
+    from evalsuite.report.digest import lead_reasons
+
+    checks = [_check("code", "INCONCLUSIVE", -0.104, 304), _check("json", "INCONCLUSIVE", -0.12, 40),
+              _check("needle", "INCONCLUSIVE", -0.375, 2), _check("reasoning", "PASS", 0.0, None),
+              _check("code", "INCONCLUSIVE", 0.1, 2700, check="max_flip_rate")]
+    lead = lead_reasons(checks, "INCONCLUSIVE")
+    assert [(c["task"], c["lead"]) for c in lead] == [("needle", "largest drop"), ("json", "")]
+    checks[1] = _check("json", "INCONCLUSIVE", -0.12, 1)
+    lead = lead_reasons(checks, "INCONCLUSIVE")
+    assert [(c["task"], c["lead"]) for c in lead] == [("needle", "largest drop"), ("json", "nearest to a decision")]
+
+
+def test_fail_card_leads_with_the_failed_check():
+    from evalsuite.report.digest import lead_reasons
+
+    checks = [_check("code", "INCONCLUSIVE", -0.4, 1), _check("*", "FAIL", -0.06, None, "pooled_max_drop"),
+              _check("needle", "FAIL", -0.5, None)]
+    lead = lead_reasons(checks, "FAIL", limit=3)
+    assert [c["task"] for c in lead] == ["needle", "*", "code"]  # per-task FAIL, pooled FAIL, then the rest
+
+
+def test_a_long_variant_name_cannot_run_into_its_badge():
+    """The badge never shrinks or wraps and the name may break anywhere (the browser test measures it)."""
+    from evalsuite.report.templates import CSS
+
+    assert "flex: none; white-space: nowrap;" in CSS.split(".card .verdict {")[1].split("}")[0]
+    assert "overflow-wrap: anywhere" in CSS.split(".card .name {")[1].split("}")[0]
+
+
+def test_kv_card_states_the_context_range_and_the_grid_the_informative_pairs(report):
+    from evalsuite.report.html_decision import _covers, _decision_note
+    from evalsuite.report.digest import context_range
+
+    stats = [{"variant": "kv", "task": "needle", "slice": f"context_len={c}", "n": 4} for c in (2048, 512, 1024)]
+    assert context_range({"stats": stats}, "kv") == (512, 2048) and context_range({"stats": stats}, "w8") is None
+    card = {"contexts": (512, 2048), "kv": {"saved": 100.0}}
+    assert "KV verdict covers contexts of 512–2,048 tokens" in _covers(card)
+    assert _covers({**card, "kv": {"saved": 0}}) == ""  # a weight-only variant: no KV claim
+    d = {"stat": {"n": 52, "n_informative": 0}, "verdict": "PASS", "slices": [], "n": 52}
+    assert _decision_note(d) == "n=52 (0 with a side right)"  # HumanEval for the 135M model: pairs, no information

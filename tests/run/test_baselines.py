@@ -71,3 +71,28 @@ def test_strict_mode_refuses_a_mismatch(tiny, tmp_path, pinned):
     with pytest.raises(StoreMismatch, match="seed differs"):
         run_model(tiny, tmp_path / "r", tasks=prepared(n=4), kld=False,
                   baseline_source=_source(tiny, root, seed=99, strict=True))
+
+
+def test_the_decode_format_is_part_of_the_key(pinned):
+    import json
+
+    from evalsuite.run.baselines import mismatch_reason, run_key
+    from evalsuite.run.records import DECODE_FORMAT
+
+    _, folder, store = pinned
+    manifest = json.loads((folder / "manifest.json").read_text())
+    task, run = prepared(n=4)[0], run_key(4, store.meta()["settings"])
+    assert manifest["decode_format"] == DECODE_FORMAT and mismatch_reason(manifest, task, 1234, run) is None
+    manifest["decode_format"] = "ids-v0"
+    assert mismatch_reason(manifest, task, 1234, run) == (f"decode format differs (stored 'ids-v0', now "
+                                                          f"{DECODE_FORMAT!r})")
+    manifest.pop("decode_format")  # a baseline stored before the key existed is not reused
+    assert mismatch_reason(manifest, task, 1234, run).startswith("decode format differs (stored None")
+    import dataclasses
+
+    extra = prepared(n=6)[0].samples  # two samples it does not hold: generated when growing, a mismatch otherwise
+    grown = dataclasses.replace(task, samples=task.samples + [s for s in extra if s.id not in
+                                                                {t.id for t in task.samples}][:2])
+    manifest["decode_format"] = DECODE_FORMAT
+    assert mismatch_reason(manifest, grown, 1234, run, partial=True) is None
+    assert "2 samples missing or changed" in mismatch_reason(manifest, grown, 1234, run)

@@ -62,14 +62,22 @@ def test_prompt_snapshot_gives_the_same_kld_without_a_second_prefill(fp32, token
     """A variant sharing the baseline's weights reuses the baseline's prompt K/V: same KLD, no prompt prefill."""
     import evalsuite.run.kld as kld
 
+    from evalsuite.run.engine import prefill
+    from evalsuite.run.generate import encode_prompts
+    from evalsuite.run.snapshots import PromptSnapshots
+
     make = None if cfg is None else (lambda: make_cache(cfg, fp32.config))
     plain = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, prefix_len=12)
     store = kld.BaselineLogprobCache()
     teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, None, store, "batch", prefix_len=12)
-    assert "batch" in store.prompts and store.prompt_used > 0
+    ids = encode_prompts(tokenizer, PROMPTS)  # the baseline's generation keeps its prompts' K/V (run.snapshots)
+    snaps = PromptSnapshots()
+    snaps.observe(None, ids, *prefill(fp32, ids, None, None, tokenizer.pad_token_id))
+    snap = snaps.take([tuple(x) for x in ids], keep=True)
     prefills = []
     monkeypatch.setattr(kld, "prefill", lambda *a, orig=kld.prefill: (prefills.append(1), orig(*a))[1])
-    fast = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, store, "batch", prefix_len=12)
+    fast = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, store, "batch", prefix_len=12,
+                              base_snapshot=snap)
     assert not prefills  # neither the baseline (cached) nor the variant prefilled the prompt
     for (a, agree_a, n), (b, agree_b, m) in zip(plain, fast):
         assert (n, agree_a) == (m, agree_b)

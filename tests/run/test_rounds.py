@@ -49,7 +49,10 @@ def test_rounds_stop_each_variant_when_decided(tiny, tmp_path, policy):
     gated = gate_store(store, policy)
     assert gated.gate.variant_verdicts == {"noop": "PASS", "w2g32": "FAIL"}
     drawn = meta["drawn"]["copy"]
-    assert drawn % 20 == 0 and 60 <= drawn < 160  # a no-op needs ~77 identical pairs at max_drop 0.05
+    # a no-op needs ~77 identical pairs at max_drop 0.05: the second draw asks for that, in whole batches of 8
+    assert (drawn - 20) % 8 == 0 and 60 <= drawn < 160
+    assert meta["stopped"] == {"noop": {"copy": "decided (PASS)"}, "w2g32": {"copy": "variant FAILed"}}
+    assert set(meta["seconds_per_pair"]) >= {"bf16/copy", "noop/copy", "w2g32/copy"}
     assert len(store.samples("noop", "copy")) == drawn == len(store.samples("bf16", "copy"))
     assert len(store.samples("w2g32", "copy")) == 20  # FAILed (KLD) after the first round: no more samples
     fail = [c for c in gated.gate.checks if c.variant == "w2g32" and c.verdict == "FAIL"]
@@ -147,8 +150,9 @@ def test_a_check_out_of_reach_of_max_samples_stops_drawing(tiny, tmp_path, polic
     meta = store.meta()
     # a near no-op needs ~57 more pairs after 20; 40 leaves 20: the first round is the last
     assert meta["drawn"]["copy"] == 20 and meta["out_of_reach"]["w4g64"]["copy"] > 20
-    assert meta["stop_reason"] == "every check decided or out of reach of --max-samples"
-    assert any("more than --max-samples 40 leaves" in s for s in lines)
+    assert meta["stop_reason"] == "every check decided or out of reach"
+    assert any("more than the cap of 40 leaves (20 drawn)" in s for s in lines)
+    assert meta["stopped"]["w4g64"]["copy"].startswith("out of reach: ~")
     (check,) = [c for c in gate_store(store, tmp_path / "loose.yaml").gate.checks if c.check == "max_drop"]
     assert check.verdict == "INCONCLUSIVE" and check.more_needed == meta["out_of_reach"]["w4g64"]["copy"]
 
@@ -156,3 +160,95 @@ def test_a_check_out_of_reach_of_max_samples_stops_drawing(tiny, tmp_path, polic
 @pytest.fixture(autouse=True)
 def _loose_policy(tmp_path):
     (tmp_path / "loose.yaml").write_text("defaults: {max_kld: null, max_flip_rate: null}\n")
+
+
+def test_draws_fill_decode_batches_and_grow_geometrically():
+    from evalsuite.run.rounds import draw_size
+
+    assert draw_size(57, 20, 8, 140) == 40  # asked 57, at most 2x the last draw (40), whole batches of 8
+    assert draw_size(5, 16, 32, 500) == 32  # a small need still runs one full batch
+    assert draw_size(300, 64, 32, 500) == 128 and draw_size(300, 64, 32, 70) == 70  # the cap is the cap
+
+
+def test_cap_defaults_to_the_stream_size_or_1000():
+    from evalsuite.run.rounds import DEFAULT_CAP, task_cap
+    from tests.conftest import prepared
+
+    (task,) = prepared(BigCopyTask(), n=200)
+    assert task_cap(task, None) == 200 and task_cap(task, 50) == 50
+    endless = type("Endless", (BigCopyTask,), {"stream_size": lambda self, p, seed=0: None})
+    (task,) = prepared(endless(), n=4)
+    assert task_cap(task, None) == DEFAULT_CAP == 1000
+
+
+def test_a_task_stops_when_its_need_does_not_fit_the_budget_left():
+    from evalsuite.run.rounds import Rounds
+
+    lines = []
+    r = Rounds(budget_s=100.0, log=lines.append)
+    r.caps = {"t": 1000}
+    r.costs = {"v/t": [10.0, 10], "bf16/t": [20.0, 10]}  # 1 s per pair, the baseline's 2 s shared by 2 variants
+    assert r._fits("v", "t", 40, 16, 2, "bf16")  # 80 s
+    assert not r._fits("v", "t", 60, 16, 2, "bf16")  # 120 s > ~100 s left
+    assert r.stopped["v"]["t"].startswith("out of reach: ~60 more pairs take ~120 s, more than the")
+    assert r.out_of_reach == {"v": {"t": 60}} and len(lines) == 1
+    assert r._fits("v", "t", 60, 16, 4, "bf16")  # 1.5 s a pair when four variants share the baseline
+    assert "t" not in r.stopped["v"] and r.out_of_reach == {"v": {}}
+    assert not r._fits("v", "t", 60, 990, 4, "bf16") and "more than the cap of 1000" in r.stopped["v"]["t"]
+
+
+def test_the_pooled_check_keeps_its_tasks_open():
+    from evalsuite.gate.types import CheckResult, GateResult
+    from evalsuite.run.rounds import pairs_to_decide
+
+    own = [CheckResult("v", t, "all", "max_drop", 0.05, 0.0, "INCONCLUSIVE", "", None, 48, 900) for t in "ab"]
+    pool = CheckResult("v", "*", "all", "pooled_max_drop", 0.0, -0.05, "INCONCLUSIVE", "", None, 96, 40,
+                       (("a", 48), ("b", 48)))
+    gate = GateResult(checks=own + [pool])
+    assert pairs_to_decide(gate, "v", "a") == pairs_to_decide(gate, "v", "b") == 20  # its 40, shared by pairs
+
+
+def test_budget_alone_runs_rounds_and_a_stored_baseline_grows(tiny, tmp_path, policy):
+    """A second run regenerates no stored baseline answer and asks the baseline only for new samples."""
+    import json
+
+    from evalsuite.run.records import DECODE_FORMAT
+
+    scored: list[str] = []
+    counted = type("Counted", (BigCopyTask,), {"score": lambda self, s, o: scored.append(s.id) or
+                                               BigCopyTask.score(self, s, o)})
+    reg = Registry()
+    reg.register("copy", counted)
+    root = tmp_path / "baselines"
+
+    def go(run, cap):
+        config = RunConfig(model="tiny", variants=["bf16", {"name": "noop", "spec": "bf16"}], tasks=["copy"],
+                           batch_size=8, max_samples=cap, budget_s=600.0, round_size=20)
+        return execute(config, tmp_path / run, False, InProcessBackend.of(tiny, seed=config.seed), progress=False,
+                       log=lambda s: None, registry=reg, policy=policy, baselines=root, grow_baseline=True)
+
+    first = go("r1", 40)  # the no-op needs ~57 more than 20 leave: one round
+    stored = {r.sample_id for r in first.samples("bf16")}
+    assert len(stored) == first.meta()["drawn"]["copy"] == len(scored) == 20
+    scored.clear()
+    second = go("r2", None)  # the cap: the stream's 200
+    drawn = second.meta()["drawn"]["copy"]
+    assert drawn > 20 and not stored & set(scored) and len(scored) == drawn - 20
+    assert gate_store(second, policy).gate.variant_verdicts == {"noop": "PASS"}
+    (folder,) = [p for p in root.iterdir() if p.is_dir()]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["decode_format"] == DECODE_FORMAT and manifest["tasks"]["copy"]["n"] == drawn
+
+
+@pytest.mark.parametrize("args, says", [(["--max-samples", "0"], "--max-samples"),
+                                        (["--budget", "0"], "bad --budget"),
+                                        (["--budget", "-5m"], "bad --budget"),
+                                        (["--limit", "4", "--budget", "1m"], "exclude each other")])
+def test_bad_budgets_and_caps_are_one_line_exit_2(tmp_path, args, says):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", "from evalsuite.cli import main; main()", "run", *args,
+                          "--out", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 2 and says in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()

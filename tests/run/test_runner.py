@@ -65,12 +65,12 @@ def test_resume_after_crash_loses_and_repeats_nothing_committed(tiny, tmp_path):
     task.scored.clear()
     task.crash_after = 5  # w8: the refilled decoder yields each sample as its row finishes: 5 stored, crash on 6
     store = Store.open(tmp_path / "r")
-    with pytest.raises(KeyboardInterrupt):
-        run_model(tiny, None, ("bf16", "w8"), tasks=tasks, batch_size=2, store=store)
+    with pytest.raises(KeyboardInterrupt):  # the generation path (verification stores a batch at a time)
+        run_model(tiny, None, ("bf16", "w8"), tasks=tasks, batch_size=2, store=store, verify=False)
     assert len(store.samples("bf16")) == 6 and len(store.samples("w8")) == 5
     first = {r.sample_id: r.output for r in store.samples("w8")}
     task.crash_after, task.scored = None, []
-    run_model(tiny, None, ("bf16", "w8"), tasks=tasks, batch_size=2, store=store)
+    run_model(tiny, None, ("bf16", "w8"), tasks=tasks, batch_size=2, store=store, verify=False)
     all_ids = {s.id for s in tasks[0].samples}
     assert sorted(task.scored) == sorted(all_ids - set(first))  # only the missing one
     assert len(store.samples("w8")) == 6
@@ -95,9 +95,10 @@ def test_a_variant_identical_to_the_baseline_takes_its_answers_which_recomputing
 
     base, lines = on_int4_grid(tokenizer), []
     backend = InProcessBackend.of(base)
-    generated = []
-    orig = backend.generate
+    generated = []  # variants whose answers were computed (generated, or verified against the baseline's)
+    orig, orig_verify = backend.generate, backend.verify
     backend.generate = lambda v, name, *a: (generated.append(name), orig(v, name, *a))[1]
+    backend.verify = lambda v, name, *a: (generated.append(name), orig_verify(v, name, *a))[1]
     store = run_model(base, tmp_path / "a", ("bf16", "w4g32", "w4g64"), backend=backend, log=lines.append)
     assert "w4g32" not in generated and "w4g64" in generated
     assert [r.output for r in store.samples("w4g32")] == [r.output for r in store.samples("bf16")]

@@ -197,3 +197,23 @@ def test_embedded_model_finds_single_needles(embedded, task):
                            seed=0)
     answers = greedy_answers(embedded, samples, max_new_tokens=24)
     assert sum(task.score(s, a).value for s, a in zip(samples, answers)) >= 2
+
+
+def test_context_beyond_the_window_is_refused_before_any_haystack_is_built(monkeypatch):
+    """[99999999] used to build a 10^8-token haystack for minutes before the window check refused it."""
+    import evalsuite.tasks.needle as needle_mod
+    from evalsuite.tasks.base import TaskContext
+
+    def no_build(*a, **k):
+        raise AssertionError("a haystack was built")
+
+    monkeypatch.setattr(needle_mod, "build_sample", no_build)
+    t = NeedleTask()
+    t.context = TaskContext(count_tokens=lambda s: 0, max_positions=lambda: 8192, model_name="tiny")
+    with pytest.raises(EvalsuiteError, match="8192-token window") as err:
+        t.samples({"context_lens": [512, 99999999]}, seed=0)
+    assert "\n" not in str(err.value) and "99999999" in str(err.value)
+    with pytest.raises(EvalsuiteError, match="window"):
+        next(t.stream({"context_lens": [8192]}, seed=0))  # the answer tokens do not fit either
+    with pytest.raises(EvalsuiteError, match="more than 2097152 tokens"):
+        NeedleTask().samples({"context_lens": [99999999]}, seed=0)  # no model: an absolute cap

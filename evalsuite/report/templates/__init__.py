@@ -58,9 +58,12 @@ h2.first { margin-top: 0.6em; } h3 { margin: 1em 0 0.3em; font-size: 1.05em; }
 .card.v-PASS { border-top-color: #2e7d32; background: #f6fbf6; color: #1c1f24; }
 .card.v-FAIL { border-top-color: #c62828; background: #fdf6f6; color: #1c1f24; }
 .card.v-INCONCLUSIVE { border-top-color: #ef8f00; background: #fffaf0; color: #1c1f24; }
-.card-head { display: flex; justify-content: space-between; align-items: center; }
-.card .name { font-size: 1.15em; font-weight: 700; font-family: ui-monospace, monospace; }
-.card .verdict { font-weight: 700; padding: 0.1em 0.6em; border-radius: 3px; color: white; background: #607d8b; }
+.card-head { display: flex; justify-content: space-between; align-items: flex-start; gap: 0.5em; }
+.card .name { font-size: 1.15em; font-weight: 700; font-family: ui-monospace, monospace; min-width: 0;
+              overflow-wrap: anywhere; }
+.card .verdict { font-weight: 700; padding: 0.1em 0.6em; border-radius: 3px; color: white; background: #607d8b;
+                 flex: none; white-space: nowrap; }
+.reasons .lead { color: #555; font-size: 0.9em; font-style: italic; }
 .card.v-PASS .verdict { background: #2e7d32; } .card.v-FAIL .verdict { background: #c62828; }
 .card.v-INCONCLUSIVE .verdict { background: #ef8f00; }
 .card .counts { color: #666; font-size: 0.8em; }

@@ -1,0 +1,86 @@
+"""What a variant's per-sample work costs, side by side on the same samples: generating its answers, the old KLD
+pass (prompt, then the answer as one chunk, full-vocabulary float32 log-softmax over every padded position for
+both models), and the verification pass that replaces both (``run.verify``: one chunked pass, ``lm_head`` at
+answer positions only, KL per row).
+
+    .venv/bin/python benchmarks/verify_cost.py --task code --n 16 --variant w4g32
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from evalsuite.models.loader import load_model
+from evalsuite.run.config import RunConfig
+from evalsuite.run.generate import encode_prompts, iter_generate, shared_prefix_len, stop_ids
+from evalsuite.run.kld import BaselineLogprobCache, teacher_forced_kld
+from evalsuite.run.prepare import prepare_tasks
+from evalsuite.run.prompts import render_prompt
+from evalsuite.run.records import Reference
+from evalsuite.run.verify import Side, baseline_logprobs, verify_batch
+from evalsuite.tasks.registry import default_registry
+from evalsuite.variants.build import build_variant
+from evalsuite.variants.spec import parse_variant
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default="code")
+    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--variant", default="w4g32")
+    ap.add_argument("--dtype", default="auto")
+    args = ap.parse_args()
+    base = load_model("default", args.dtype, "cpu")
+    task = prepare_tasks(RunConfig(tasks=[args.task], limit=args.n), default_registry())[0]
+    tok = base.tokenizer
+    prompts = [render_prompt(s, tok) for s in task.samples]
+    p = shared_prefix_len(tok, prompts)
+    ids_by = {}
+
+    def generate_base() -> None:
+        for idx, gs in iter_generate(base.model, tok, prompts, task.gen, None, args.n, prefix_len=p):
+            ids_by.update(zip(idx, gs))
+
+    _, t_base = timed(generate_base)
+    variant = build_variant(base, parse_variant(args.variant))
+    _, t_var = timed(lambda: list(iter_generate(variant.model, tok, prompts, task.gen, variant.make_cache,
+                                                args.n, prefix_len=p)))
+    answers = [ids_by[i].text for i in range(len(prompts))]
+    _, t_old = timed(lambda: teacher_forced_kld(base.model, variant.model, tok, prompts, answers,
+                                                variant.make_cache, None, None, prefix_len=p))
+    keys = encode_prompts(tok, prompts)
+    rows, head = [k[p:] for k in keys], keys[0][:p]
+    refs = [Reference(ids_by[i].ids, ids_by[i].stop) for i in range(len(prompts))]
+
+    def new_pass():
+        from evalsuite.run.engine import encode_prefix
+
+        side = Side(base.model, lambda keep: None, encode_prefix(base.model, head))
+        lp = baseline_logprobs(side, rows, refs, tok.pad_token_id)
+        var = Side(variant.model, variant.make_cache, encode_prefix(variant.model, head, variant.make_cache()))
+        return verify_batch(var, tok, rows, refs, lp, task.gen, stop_ids(tok))
+
+    got, t_new = timed(new_pass)
+    verified = sum(v.decode == "verified" for v in got)
+    tokens = sum(len(r.ids) for r in refs)
+    print(f"{args.task}, {len(prompts)} samples, {tokens} answer tokens, dtype {base.dtype}, variant {args.variant}, "
+          f"torch threads {torch.get_num_threads()}")
+    print("| work | seconds | per sample |")
+    print("|---|---|---|")
+    for name, t in [("baseline generation", t_base), (f"{args.variant} generation", t_var),
+                    ("old KLD pass (baseline + variant)", t_old),
+                    (f"verification pass + KLD + tails ({verified}/{len(got)} verified)", t_new)]:
+        print(f"| {name} | {t:.2f} | {t / len(prompts):.3f} |")
+    print(f"verification replaces generation + old KLD: {(t_var + t_old) / t_new:.2f}x less time")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Starting and stopping vLLM OpenAI servers that evalsuite owns (``--engine vllm``).
+
+Each server is ``PYTHON -m vllm.entrypoints.openai.api_server --model MODEL`` on a free loopback port, in its own process
+group, its output in a log file. ``start`` waits for ``/health`` with a timeout; a server that exits or never gets
+healthy is a one-line EvalsuiteError carrying its log's last line. Every started server is stopped (SIGTERM to its
+process group, then SIGKILL) by ``stop``, at interpreter exit, and on SIGTERM/SIGHUP; Ctrl-C raises
+KeyboardInterrupt, whose unwinding reaches the same ``stop``.
+
+Which Python has vLLM: ``--vllm-python``, else ``$EVALSUITE_VLLM_PYTHON``, else the venv ``make vllm`` builds
+(``.venv-vllm`` in the project root, or ``$EVALSUITE_VLLM_VENV``).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import requests
+
+from evalsuite.errors import EvalsuiteError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: common flags of every server: exact log-probs over HTTP (``--max-logprobs -1``), bf16 compute
+ENGINE_FLAGS = ("--dtype", "bfloat16", "--max-logprobs", "-1", "--max-model-len", "4096")
+KV_SPACE_GIB = "2"  # VLLM_CPU_KVCACHE_SPACE unless set by the user
+_LIVE: dict[int, "VllmServer"] = {}
+
+
+def vllm_python(explicit: str | None = None) -> str:
+    """The Python interpreter that has vLLM; a missing one is one line naming ``make vllm``."""
+    env_venv = os.environ.get("EVALSUITE_VLLM_VENV") or str(PROJECT_ROOT / ".venv-vllm")
+    path = explicit or os.environ.get("EVALSUITE_VLLM_PYTHON") or str(Path(env_venv) / "bin" / "python")
+    if not Path(path).is_file():
+        raise EvalsuiteError(f"no vLLM found (looked for {path}): run `make vllm`, or point --vllm-python / "
+                             f"EVALSUITE_VLLM_PYTHON at a Python that has vLLM")
+    return path
+
+
+def vllm_version(python: str) -> str:
+    """vLLM's version in ``python`` (one line naming ``make vllm`` when it has none)."""
+    try:
+        out = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
+                             text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EvalsuiteError(f"cannot run {python} ({exc}): run `make vllm`") from None
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EvalsuiteError(f"{python} has no working vLLM ({last[:160]}): run `make vllm`")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log (what a failed start is explained by)."""
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1][:300] if lines else "empty log"
+
+
+@dataclass
+class VllmServer:
+    """One vLLM OpenAI server process serving ``model`` with ``flags`` (beyond ``ENGINE_FLAGS``)."""
+
+    python: str
+    model: str
+    flags: Sequence[str]
+    log_path: Path
+    name: str = "vllm"
+    served_name: str = "evalsuite"
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    started_s: float | None = None  # seconds from spawn to healthy
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def command(self) -> list[str]:
+        # the OpenAI api_server module, not `vllm serve`: vllm-cpu's CLI looks up package metadata named "vllm"
+        return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model, "--host", "127.0.0.1",
+                "--port", str(self.port), "--served-model-name", self.served_name, *ENGINE_FLAGS, *self.flags]
+
+    def start(self, timeout_s: float = 600.0) -> "VllmServer":
+        """Spawn and wait until healthy; a server that exits or times out is a one-line EvalsuiteError."""
+        self.port = self.port or free_port()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KV_SPACE_GIB),
+               **self.env}
+        t0 = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        _LIVE[self.proc.pid] = self
+        _install_handlers()
+        self._wait(t0, timeout_s)
+        self.started_s = time.monotonic() - t0
+        return self
+
+    def _wait(self, t0: float, timeout_s: float) -> None:
+        while True:
+            code = self.proc.poll() if self.proc else 1
+            if code is not None:
+                self.stop()
+                raise EvalsuiteError(f"vLLM server {self.name!r} exited ({code}) before it was healthy: "
+                                     f"{last_line(self.log_path)} (log: {self.log_path})")
+            try:
+                if requests.get(f"http://127.0.0.1:{self.port}/health", timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() - t0 > timeout_s:
+                self.stop()
+                raise EvalsuiteError(f"vLLM server {self.name!r} not healthy after {timeout_s:.0f} s: "
+                                     f"{last_line(self.log_path)} (log: {self.log_path})")
+            time.sleep(1.0)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM the server's process group, SIGKILL after ``grace_s``; idempotent."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        _LIVE.pop(proc.pid, None)
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            if proc.poll() is not None:
+                break
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            try:
+                proc.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # workers left in the group after the API server exited
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def facts(self) -> dict[str, Any]:
+        """What the run stores about this server (to reproduce it)."""
+        return {"command": self.command()[1:], "model": self.model, "flags": list(ENGINE_FLAGS) + list(self.flags),
+                "startup_s": round(self.started_s, 1) if self.started_s is not None else None,
+                "log": str(self.log_path)}
+
+
+def stop_all() -> None:
+    """Stop every server this process started (at exit and on SIGTERM/SIGHUP)."""
+    for server in list(_LIVE.values()):
+        server.stop(grace_s=5.0)
+
+
+_HANDLED = False
+
+
+def _install_handlers() -> None:
+    """atexit + SIGTERM/SIGHUP handlers that stop the servers, once per process (main thread only)."""
+    global _HANDLED
+    if _HANDLED:
+        return
+    _HANDLED = True
+    atexit.register(stop_all)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop_all()
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                signal.signal(sig, on_signal)
+        except ValueError:  # not the main thread
+            pass

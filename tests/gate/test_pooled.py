@@ -1,0 +1,79 @@
+"""The pooled early FAIL: one anytime-valid sequence over all of a variant's tasks (stats.pooled, gate.pooled)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evalsuite.gate.policy import parse_policy
+from evalsuite.gate.verdict import gate_run, undecided
+from evalsuite.run.records import SampleResult
+from evalsuite.stats import pooled
+from evalsuite.stats import sequential as seq
+
+TASKS = ("reasoning", "code", "json", "needle")
+POLICY = parse_policy({"defaults": {"max_drop": 0.05, "max_flip_rate": None, "max_kld": None},
+                       "tasks": {"reasoning": {"max_drop": 0.10}}})
+
+
+def recs(variant: str, n: int, lost: dict[str, int]) -> list[SampleResult]:
+    """Baseline right on every other sample; the variant loses the first ``lost[task]`` of those."""
+    out = []
+    for task in TASKS:
+        for i in range(n):
+            right = i % 2 == 0 and not (variant != "bf16" and i // 2 < lost.get(task, 0))
+            out.append(SampleResult(variant, task, "1", f"{task}-{i}", f"h{task}{i}", str(right), float(right)))
+    return out
+
+
+def gate(n: int, lost: dict[str, int]):
+    return gate_run(recs("bf16", n, {}), {"q": recs("q", n, lost)}, {}, POLICY, set(TASKS))[1]
+
+
+def test_a_drop_on_every_task_fails_pooled_before_any_task_does() -> None:
+    # 2x each task's tolerance at n = 48: reasoning -0.1875 (t 0.10), the others -0.104 (t 0.05)
+    g = gate(48, {"reasoning": 9, "code": 5, "json": 5, "needle": 5})
+    own = [c for c in g.checks if c.check == "max_drop"]
+    assert all(c.verdict == "INCONCLUSIVE" for c in own)  # no task alone is decided yet
+    (p,) = [c for c in g.checks if c.check == "pooled_max_drop"]
+    assert p.verdict == "FAIL" and g.variant_verdicts["q"] == "FAIL" and p.n == 4 * 48
+    assert p.ci[1] < 0 and f"CS upper {p.ci[1]:+.3f}" in p.reason and "beyond its max_drop" in p.reason
+    assert "lowest: reasoning -0.087, code -0.054" in p.reason  # its own tolerance 0.10 inside the sum
+    assert "FAIL" not in p.reason and "\n" not in p.reason
+    assert dict(p.pools) == {t: 48 for t in TASKS}
+
+
+def test_pooled_never_passes_alone_and_open_pools_keep_every_task_open() -> None:
+    g = gate(48, {})  # no change: no task can be shown beyond its tolerance, but 48 pairs PASS nothing
+    (p,) = [c for c in g.checks if c.check == "pooled_max_drop"]
+    assert p.verdict == "INCONCLUSIVE" and g.variant_verdicts["q"] == "INCONCLUSIVE"
+    assert p.more_needed is None  # no extrapolation of "no change" ever FAILs it
+    g = gate(48, {"needle": 12})  # needle -0.25; pooled names it first
+    (p,) = [c for c in g.checks if c.check == "pooled_max_drop"]
+    assert p.reason.split("lowest: ")[1].startswith("needle -0.200")
+    g = gate(200, {})
+    (p,) = [c for c in g.checks if c.check == "pooled_max_drop"]
+    assert p.verdict == "PASS" and g.variant_verdicts["q"] == "PASS"  # every task PASSed its own check
+    g = gate(32, {"reasoning": 2, "code": 3, "json": 3, "needle": 3})
+    (p,) = [c for c in g.checks if c.check == "pooled_max_drop"]
+    assert p.verdict == "INCONCLUSIVE" and p.more_needed and undecided(g)["q"] == set(TASKS)
+
+
+def test_pooled_bound_of_one_task_is_that_tasks_sequence() -> None:
+    v, w = seq.flip_values(10, 2, 100)
+    assert pooled.upper_bound([(v, w, 0.05)]) == pytest.approx(seq.diff_cs(v, w)[1] + 0.05, abs=1e-5)
+
+
+def test_within_tolerance_everywhere_is_not_failed_in_simulation() -> None:
+    """Every task just inside its tolerance (Δ = -0.8 t): the pooled FAIL stays rare at every look."""
+    rng = np.random.default_rng(5)
+    reps, looks, fails = 300, (16, 48, 112, 240), 0
+    ts = (0.10, 0.05, 0.05, 0.05)
+    codes = [rng.choice(3, size=(reps, looks[-1]), p=[0.8 * t + 0.02, 0.96 - 0.8 * t, 0.02]) for t in ts]
+    ever = np.zeros(reps, dtype=bool)
+    for n in looks:
+        parts = [(np.array([0.0, 0.5, 1.0]),
+                  np.stack([(c[:, :n] == k).sum(axis=1) for k in range(3)], axis=-1).astype(float), t)
+                 for c, t in zip(codes, ts)]
+        ever |= pooled.rejects(parts)
+    fails = ever.mean()
+    assert fails <= 0.05

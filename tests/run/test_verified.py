@@ -1,0 +1,81 @@
+"""Verification inside a run: the same answers as regeneration, stored paths, tallies, audit, bad input."""
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import torch
+
+from evalsuite.run.store import Store
+from evalsuite.run.verified import audited
+from tests.conftest import make_tiny_model, prepared, run_model
+
+VARIANTS = ("bf16", "w4g32", "kv4g32r8", "w4g32+kv2g32r8", "kvhf4g16r8")
+
+
+def fp32_tiny(tokenizer):
+    from evalsuite.models import wrap_model
+
+    return wrap_model(make_tiny_model(len(tokenizer), dtype=torch.float32), tokenizer, name="tiny32")
+
+
+def test_verified_runs_store_the_answers_regeneration_gives(tokenizer, tmp_path):
+    loaded = fp32_tiny(tokenizer)
+    tasks = prepared(n=8, seed=2)
+    on = run_model(loaded, tmp_path / "on", VARIANTS, tasks=tasks, verify_audit=1.0)
+    off = run_model(loaded, tmp_path / "off", VARIANTS, tasks=tasks, verify=False)
+    for v in VARIANTS:
+        assert {r.sample_id: r.output for r in on.samples(v)} == {r.sample_id: r.output for r in off.samples(v)}
+    base = on.samples("bf16")
+    assert all(r.decode == "generated" and r.stop in ("eos", "stop", "length") for r in base)
+    assert all(len(r.token_ids) == r.n_tokens for r in base)
+    paths = {r.decode.split("@")[0] for v in VARIANTS[1:4] for r in on.samples(v)}
+    assert paths <= {"verified", "diverged"} and all(r.decode == "generated" for r in off.samples("w4g32"))
+    assert {r.decode for r in on.samples("kvhf4g16r8")} == {"regenerated"}  # transformers' cache: regenerated
+    meta = on.meta()
+    assert "QuantizedCache" in meta["unverified"]["kvhf4g16r8"]["copy"]
+    tally = meta["verify"]["w4g32"]["copy"]
+    assert tally["verified"] + tally["diverged"] == 8 and tally["positions"] > 0
+    audit = meta["verify_audit"]["w4g32"]["copy"]
+    assert audit["n"] == tally["verified"] and audit["same"] == audit["n"]  # F = 1: every verified sample
+    kld = {k.sample_id: k for k in on.kld("kv4g32r8")}
+    assert len(kld) == 8 and all(k.method == "verify-pass" and len(k.token_kld) == k.n_tokens for k in kld.values())
+
+
+def test_rows_without_token_ids_regenerate(tiny, tmp_path):
+    """A store written before token ids were kept: its baseline rows are not verified against."""
+    tasks = prepared(n=4, seed=2)
+    store = run_model(tiny, tmp_path / "r", ("bf16",), tasks=tasks)
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("UPDATE samples SET token_ids='[]', stop=''")
+    run_model(tiny, None, ("bf16", "w4g32"), tasks=tasks, store=store)
+    assert {r.decode for r in store.samples("w4g32")} == {"regenerated"}
+
+
+def test_an_old_store_gains_the_new_columns(tmp_path):
+    path = tmp_path / Store.FILENAME
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE samples (variant TEXT, task TEXT, task_version TEXT, sample_id TEXT, "
+                     "prompt_hash TEXT, prompt TEXT, output TEXT, score REAL, extracted TEXT, reason TEXT, "
+                     "metadata TEXT, n_tokens INTEGER, ttft_s REAL, itl_s REAL, metrics TEXT, outputs TEXT, "
+                     "created REAL, PRIMARY KEY (variant, task, sample_id))")
+        conn.execute("INSERT INTO samples VALUES ('bf16','t','1','s1','h','p','out',1.0,NULL,'','{}',3,NULL,NULL,"
+                     "'{}','[]',0)")
+    (row,) = Store(path).samples()
+    assert row.output == "out" and row.token_ids == () and row.stop == "" and row.decode == ""
+
+
+def test_the_audit_fraction_is_seeded_per_sample():
+    ids = [f"s{i}" for i in range(2000)]
+    picked = [s for s in ids if audited(7, s, 0.1)]
+    assert 150 < len(picked) < 250 and picked == [s for s in ids if audited(7, s, 0.1)]
+    assert not any(audited(7, s, 0.0) for s in ids) and all(audited(7, s, 1.0) for s in ids)
+
+
+def test_an_audit_fraction_outside_0_1_is_exit_2(tmp_path):
+    code = "from evalsuite.cli import main\nmain()"
+    res = subprocess.run([sys.executable, "-c", code, "run", "--verify-audit", "1.5", "--out", str(tmp_path / "runs")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 2 and "--verify-audit" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
