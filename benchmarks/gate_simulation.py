@@ -9,8 +9,8 @@ decided (every check PASSes, or one FAILs). The bulk goes through the statistics
 the real ``gate_run`` path and must agree. The *fixed-n design* decides once, at n chosen in advance, with
 Tango's score test for max_drop and the Wilson bound for the flip rate, each one-sided at 5%. The *runner's
 schedule* (``--runner first,growth,cap``; default 16, +32, +64, +128 up to 240, the rounds' geometric draws) adds
-what ``Rounds`` does beyond stopping on a decision: it also stops, INCONCLUSIVE, a run none of whose open checks can decide within what
-the cap leaves (by ``more_needed``). ``--tasks`` adds several tasks per variant with every check and the pooled
+what ``Rounds`` does beyond stopping on a decision: it also stops, INCONCLUSIVE, a run none of whose open checks
+can decide within what the cap leaves (by ``more_needed``). ``--tasks`` adds several tasks per variant with every check and the pooled
 early FAIL (``gate_simulation_tasks.py``). Usage::
 
     .venv/bin/python benchmarks/gate_simulation.py [--reps 1000] [--cap 1000] [--max-drop 0.05] [--tasks 48,112,240]

@@ -7,6 +7,8 @@ hold real tokens (``QuantKVCache.track``; without one every column is real). Row
 which the row's ``(k+1)F``-th token arrives; padding is never part of a group. So a row's K/V, and therefore its
 answer, do not depend on what it was batched with or how much padding that added.
 
+Blocks are quantized from K/V rounded to bf16 when the model computes in float32 (``_stored``).
+
 Chunk semantics (what a forward over several tokens sees): the call's own tokens are appended, complete blocks are
 flushed, then attention reads every earlier token as stored (quantized when flushed) and, with ``exact`` prefill,
 the call's own tokens in full precision (``quantized`` prefill: as stored). A step-by-step decode is the special
@@ -81,6 +83,14 @@ class _Buffer:
     def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         if self.t is not None:
             self.t = fn(self.t)
+
+
+def _stored(x: torch.Tensor) -> torch.Tensor:
+    """What a block is quantized from: float32 K/V (a bf16 model computed in fp32 here) rounded to bf16, the dtype
+    a deployed cache holds. Besides being what deployment quantizes, this makes the codes robust to the last-bit
+    noise of batched vs one-token matmuls, which would otherwise flip a code now and then (a whole quantization
+    step) and make a row's answer depend on its batch."""
+    return x.to(torch.bfloat16).float() if x.dtype == torch.float32 else x
 
 
 class QuantKVLayer(CacheLayerMixin):
@@ -167,8 +177,8 @@ class QuantKVLayer(CacheLayerMixin):
         q = self.qcount[rows, None]
         cols = (valid & (rank >= q) & (rank < q + f)).nonzero()[:, 1].view(len(rows), f)
         where = (rows[:, None], slice(None), cols)
-        k = self._kbuf.t[where].permute(0, 2, 1, 3)  # [R, H, F, D]
-        v = self._vbuf.t[where].permute(0, 2, 1, 3)
+        k = _stored(self._kbuf.t[where].permute(0, 2, 1, 3))  # [R, H, F, D]
+        v = _stored(self._vbuf.t[where].permute(0, 2, 1, 3))
         kq = quantize(k, p.fmt, p.bits, p.key_axis, p.key_group)
         vq = quantize(v, p.fmt, p.bits, "token", p.value_group)
         self.k_blocks.append(kq)

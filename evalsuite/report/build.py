@@ -48,7 +48,27 @@ def report_model(store: Store, gated: GatedRun) -> ReportModel:
         baseline=gated.baseline, gate=gated.gate, variants=[infos[n] for n in names if n in infos],
         stats=gated.stats, needle_grid=needle_grid(needle_rows), flips=flips[:MAX_FLIPS],
         tasks=dict(meta.get("task_versions", {})), noise_floor=gated.noise, policy=gated.policy.to_dict(),
-        kld_method={"run": meta.get("kld_method"), "rows": store.kld_methods()})
+        kld_method={"run": meta.get("kld_method"), "rows": store.kld_methods()},
+        verification=verification(store, gated.variants, meta))
+
+
+def verification(store: Store, variants: list[str], meta: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per variant: how its answers were obtained (verified / diverged / regenerated / generated), the answer
+    positions verification checked and flagged as near-ties, and the audit's agreement (``run.verify``)."""
+    out: dict[str, dict[str, int]] = {}
+    for v in variants:
+        paths: dict[str, int] = {}
+        for r in store.samples(v):
+            key = (r.decode or "generated").split("@")[0]
+            paths[key] = paths.get(key, 0) + 1
+        tally = (meta.get("verify") or {}).get(v, {}).values()
+        audit = (meta.get("verify_audit") or {}).get(v, {}).values()
+        row = {**paths, "positions": sum(t.get("positions", 0) for t in tally),
+               "near_ties": sum(t.get("near_ties", 0) for t in tally),
+               "audited": sum(a.get("n", 0) for a in audit), "audit_same": sum(a.get("same", 0) for a in audit)}
+        if paths.get("verified") or paths.get("diverged") or paths.get("regenerated"):
+            out[v] = row
+    return out
 
 
 def write_report(store: Store, gated: GatedRun, out_root: Path) -> Path:

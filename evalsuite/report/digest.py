@@ -161,9 +161,21 @@ def context_range(r: Row, variant: str) -> tuple[int, int] | None:
     return (min(lens), max(lens)) if lens else None
 
 
-def task_names(r: Row) -> list[str]:
-    """Tasks with stats or checks, in first-seen order."""
-    return list(dict.fromkeys([s["task"] for s in r["stats"]] + [c["task"] for c in r["checks"]]))
+POOLED = "*"  #: the task of the pooled check (evalsuite.gate.pooled)
+
+
+def task_names(r: Row, pooled: bool = False) -> list[str]:
+    """Tasks with stats or checks, in first-seen order; the pooled check's ``*`` only with ``pooled`` (grids)."""
+    names = dict.fromkeys([s["task"] for s in r["stats"]] + [c["task"] for c in r["checks"]])
+    return [t for t in names if pooled or t != POOLED]
+
+
+def pooled_text(d: Row) -> str:
+    """A pooled grid cell: the pair-weighted mean margin Δ + max_drop and its anytime upper bound."""
+    c = d["checks"][0] if d["checks"] else {}
+    upper = (c.get("ci") or [None, None])[1]
+    return (f"margin {c.get('observed', 0.0):+.3f}" + (f", CS upper {upper:+.3f}" if upper is not None else "")
+            if c else "—")
 
 
 def metric_rows(r: Row, task: str) -> list[Row]:
@@ -174,3 +186,19 @@ def metric_rows(r: Row, task: str) -> list[Row]:
 def metric_names(rows: list[Row]) -> list[str]:
     """Metric names over ``rows``, sorted."""
     return sorted({m for s in rows for m in s["metrics"]})
+
+
+def verification_lines(r: dict[str, Any]) -> list[str]:
+    """One plain-text line per variant on how its answers were obtained (verified against the baseline's, decoded
+    after a divergence, regenerated), with the near-tie share and the audit's agreement."""
+    out = []
+    for v, c in sorted((r.get("verification") or {}).items()):
+        n = sum(c.get(k, 0) for k in ("verified", "diverged", "regenerated", "generated")) or 1
+        line = (f"{v}: {c.get('verified', 0)}/{n} verified ({c.get('verified', 0) / n:.0%}), "
+                f"{c.get('diverged', 0)} decoded after a divergence, {c.get('regenerated', 0)} regenerated")
+        if c.get("positions"):
+            line += f"; near-ties {c.get('near_ties', 0)} of {c['positions']} positions checked"
+        if c.get("audited"):
+            line += f"; audit: {c.get('audit_same', 0)}/{c['audited']} regenerated answers identical"
+        out.append(line)
+    return out

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from evalsuite.report import plots
-from evalsuite.report.digest import gated_rows, metric_names, metric_rows, split_rows, task_names
+from evalsuite.report.digest import (gated_rows, metric_names, metric_rows, split_rows, task_names,
+                                     verification_lines)
 from evalsuite.report.html_common import (count, delta_cell, e, fmt_metric, fmt_signed_metric, img, table,
                                           verdict_cell)
 from evalsuite.report.html_decision import cards_section, grid_section
@@ -53,7 +54,17 @@ def _verdict_table(r: dict[str, Any]) -> str:
         body += (f'<details class="more-slices" id="hidden-slices"><summary>{len(hidden)} more slice rows '
                  "(n below the policy's min_samples, or one sample per slice)</summary>"
                  + table(_STATS_HEAD, [_stats_row(r, s) for s in hidden], left=3) + "</details>")
-    return '<h2 id="verdicts">Quality vs baseline</h2>' + body + _kld_method_note(r)
+    return '<h2 id="verdicts">Quality vs baseline</h2>' + body + _kld_method_note(r) + _verification_note(r)
+
+
+def _verification_note(r: dict[str, Any]) -> str:
+    """How each variant's answers were obtained (docs/verification.md)."""
+    lines = verification_lines(r)
+    if not lines:
+        return ""
+    return ('<p class="note" id="verification">Answers verified against the baseline\'s, not regenerated, where '
+            'the variant\'s own greedy choice agrees at every token:</p><ul class="note">'
+            + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>")
 
 
 def _kld_method_note(r: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.digest import task_decision, task_names, variant_cards
+from evalsuite.report.digest import POOLED, pooled_text, task_decision, task_names, variant_cards
 from evalsuite.report.html_common import delta_class, e, vclass
 from evalsuite.report.model import fmt_bytes, fmt_delta, fmt_ms
 
@@ -107,6 +107,9 @@ def _grid_cell(r: Row, variant: str, task: str) -> str:
     s = d["stat"]
     delta = (f'<div class="d {delta_class(s)}">{e(fmt_delta(s["delta"], s["ci_low"], s["ci_high"]))}</div>'
              if s else '<div class="d">no paired samples</div>')
+    if task == POOLED:
+        delta = f'<div class="d">{e(pooled_text(d))}</div>'
+
     return (f'<td class="cell {vclass(d["verdict"])}" data-variant="{e(variant)}" data-task="{e(task)}">'
             f'{delta}<div class="n">{e(_decision_note(d))}</div></td>')
 
@@ -114,11 +117,12 @@ def _grid_cell(r: Row, variant: str, task: str) -> str:
 def grid_section(r: Row) -> str:
     """Variants × tasks: Δ [95% CI] of slice ``all``, cell coloured by the task's verdict (worst over its
     gated slices), with the n behind the decision and, when undecided, about how many more samples it needs."""
-    tasks = task_names(r)
+    tasks = task_names(r, pooled=True)
     variants = [v["variant"] for v in r["variants"] if v["variant"] != r["baseline"]]
     if not tasks or not variants:
         return ""
-    head = '<th class="l">variant</th>' + "".join(f"<th>{e(t)}</th>" for t in tasks)
+    head = '<th class="l">variant</th>' + "".join(f"<th>{e('pooled (all tasks)' if t == POOLED else t)}</th>"
+                                                  for t in tasks)
     rows = "".join(f'<tr><th class="l">{e(v)}</th>' + "".join(_grid_cell(r, v, t) for t in tasks) + "</tr>"
                    for v in variants)
     return ('<section id="grid"><h3>Δ vs baseline per task (95% CI, slice all; colour: the task\'s verdict)</h3>'

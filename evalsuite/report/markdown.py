@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.digest import (metric_names, metric_rows, split_rows, task_decision, task_names,
-                                     variant_cards)
+from evalsuite.report.digest import (POOLED, metric_names, metric_rows, pooled_text, split_rows, task_decision,
+                                     task_names, variant_cards, verification_lines)
 from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_delta, fmt_ms, fmt_num,
                                     ordered_reasons, sorted_stats)
 
@@ -48,6 +48,8 @@ def _grid_text(d: dict[str, Any] | None) -> str:
         return "—"
     s = d["stat"]
     delta = fmt_delta(s["delta"], s["ci_low"], s["ci_high"]) if s else "no paired samples"
+    if d["checks"] and d["checks"][0]["task"] == POOLED:
+        delta = pooled_text(d)
     n_all = s["n"] if s else None
     where = (f" in {', '.join(d['slices'])} (n={d['n'] or '?'})" if d["slices"] and d["verdict"] != "PASS"
              else "")
@@ -57,10 +59,11 @@ def _grid_text(d: dict[str, Any] | None) -> str:
 
 def _grid(r: dict[str, Any]) -> list[str]:
     """Variants × tasks: Δ [CI] of slice all, the task verdict, n and samples still needed."""
-    tasks = task_names(r)
+    tasks = task_names(r, pooled=True)
     variants = [x["variant"] for x in r["variants"] if x["variant"] != r["baseline"]]
     rows = [[v, *(_grid_text(task_decision(r, v, t)) for t in tasks)] for v in variants]
-    return _table(["variant", *tasks], rows) if tasks and rows else []
+    head = ["pooled (all tasks)" if t == POOLED else t for t in tasks]
+    return _table(["variant", *head], rows) if tasks and rows else []
 
 
 def _metric_tables(r: dict[str, Any]) -> list[str]:
@@ -122,6 +125,9 @@ def render_markdown(report: dict[str, Any], max_reasons: int = 10) -> str:
         out += ["", f"{len(hidden)} more slice rows (n below the policy's min_samples, or one sample per slice) "
                     "are in results.json and index.html."]
     out += _kld_method_lines(r)
+    ver = verification_lines(r)
+    out += ["", "Answers verified against the baseline's (docs/verification.md):"] + [f"- {_cell(x)}" for x in ver] \
+        if ver else []
     out += ["", *_metric_tables(r), "## Memory and speed", ""]
     out += _table(["variant", "verdict", "weights", "KV B/token", "TTFT", "ITL"], _memory_rows(r))
     reasons = ordered_reasons(r["checks"], max_reasons)

@@ -69,6 +69,9 @@ class ReportModel:
     noise_floor: list[PairedStats] | None = None
     policy: dict[str, Any] | None = None
     kld_method: dict[str, Any] | None = None  # {"run": description, "rows": {variant: {method code: rows}}}
+    #: {variant: {"verified"|"diverged"|"regenerated"|"generated": samples, "positions", "near_ties", "audited",
+    #: "audit_same"}}: how each variant's answers were obtained (``report.build.verification``)
+    verification: dict[str, dict[str, int]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -79,7 +82,7 @@ class ReportModel:
                          for v in self.variants],
             "stats": [s.to_dict() for s in self.stats], "checks": [c.to_dict() for c in self.gate.checks],
             "needle_grid": self.needle_grid, "flips": [f.to_dict() for f in self.flips], "tasks": dict(self.tasks),
-            "policy": self.policy, "kld_method": self.kld_method}
+            "policy": self.policy, "kld_method": self.kld_method, "verification": self.verification}
         if self.noise_floor is not None:
             d["noise_floor"] = [s.to_dict() for s in self.noise_floor]
         return d
@@ -97,7 +100,7 @@ def check_report(report: dict[str, Any]) -> dict[str, Any]:
                              f"{', '.join(map(str, READABLE_VERSIONS))}")
     out = dict(report)
     for key, empty in (("needle_grid", {}), ("flips", []), ("tasks", {}), ("noise_floor", None), ("policy", None),
-                       ("kld_method", None)):
+                       ("kld_method", None), ("verification", None)):
         out.setdefault(key, empty)
     out["stats"] = [{"metrics": {}, **s} for s in out["stats"]]
     out["checks"] = [{"n": 0, "more_needed": None, **c} for c in out["checks"]]

@@ -25,8 +25,8 @@ class RunConfig:
     task_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     seed: int = 1234
     limit: int | None = None
-    #: sequential rounds (None: one fixed set): at most this many samples per task, drawn ``round_size`` at a
-    #: time from each task's stream; after each round the gate decides which (variant, task) still need more
+    #: sequential rounds (with ``budget_s``, or this alone): a safety cap of samples per task (None with a budget:
+    #: each stream's size, or 1000); after each round the gate decides which (variant, task) still need more
     max_samples: int | None = None
     round_size: int = 16
     budget_s: float | None = None  # wall-clock budget of a sequential run (no new round once spent)

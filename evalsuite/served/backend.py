@@ -49,6 +49,7 @@ class VllmBackend:
     _clients: dict[str, EndpointClient] = field(default_factory=dict)
     _local: Any = None  # a tokenizer-only InProcessBackend (prompts, token counts)
     _version: str = ""
+    _device: str = ""
     _urls: dict[str, VllmServer] = field(default_factory=dict)  # every server in use (started or external)
     _rendered: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
 
@@ -78,24 +79,29 @@ class VllmBackend:
         if not self._specs:
             self.variants([])
         if not self._version:
-            self._version = vllm_version(self.python)
-        for spec in self._specs:
-            if spec.name not in self._urls:
-                self._start(spec)
+            self._version, self._device = vllm_version(self.python)
+        todo = [s for s in self._specs if s.name not in self._urls]
+        servers = [self._server(s) for s in todo]  # spawned together: they warm up side by side
+        for spec, server in zip(todo, servers):
+            self._connect(spec, server.ready(self.startup_timeout_s))
         base = self._specs[0]
         fp = hashlib.sha256(f"vllm|{artifact_fingerprint(base.model)}".encode()).hexdigest()[:16]
         self._write_facts()
         return ModelIdentity(name=self.model, fingerprint="vllm:" + fp, dtype="bfloat16", source=base.model,
-                             meta={"engine": "vllm", "vllm_version": self._version})
+                             meta={"engine": "vllm", "vllm_version": self._version, "device": self._device})
 
-    def _start(self, spec: ServedVariant) -> None:
+    def _server(self, spec: ServedVariant) -> VllmServer:
+        """A caller's live server with the same model and flags, else a newly spawned one (owned here)."""
         ext = self.external.get(spec.name)
         if ext is not None and ext.alive() and ext.model == spec.model and tuple(ext.flags) == spec.flags:
-            server = ext
-        else:
-            server = VllmServer(self.python, spec.model, spec.flags,
-                                Path(self.workdir) / "servers" / f"{spec.name}.log", name=spec.name)
-            self._servers[spec.name] = server.start(self.startup_timeout_s)
+            return ext
+        server = VllmServer(self.python, spec.model, spec.flags, Path(self.workdir) / "servers" / f"{spec.name}.log",
+                            name=spec.name)
+        self._servers[spec.name] = server.spawn()
+        return server
+
+    def _connect(self, spec: ServedVariant, server: VllmServer) -> None:
+        """Probe a healthy server and check its tokenizer against the baseline's."""
         self._urls[spec.name] = server
         client = EndpointClient(EndpointSpec(server.url, spec.name))
         client.probe()
@@ -108,13 +114,13 @@ class VllmBackend:
         old = json.loads(path.read_text()) if path.exists() else {}
         servers = {**old.get("servers", {}), **{n: s.facts() for n, s in self._urls.items()}}
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({**old, "engine": "vllm", "vllm_version": self._version,
+        path.write_text(json.dumps({**old, "engine": "vllm", "vllm_version": self._version, "device": self._device,
                                     "python": self.python, "servers": servers}, indent=1))
 
     def settings(self) -> dict[str, Any]:
         """Everything that changes outputs: engine, version, device, each server's flags and KV scheme."""
         return {"backend": "vllm", "compute_dtype": "bfloat16", "vllm_version": self._version,
-                "device": "cuda" if "cpu" not in self._version else "cpu",
+                "device": self._device,
                 "servers": {s.name: {"model": s.model, "flags": list(s.flags), "kv_scheme": s.kv_scheme}
                             for s in self._specs}}
 

@@ -16,9 +16,10 @@ skips the prefix cache for requests that ask for prompt log-probs.)
 **Method per row.** ``served-full``: ``prompt_logprobs: -1`` (the whole vocabulary, exact KL) while
 (prompt + answer) x vocab <= ``FULL_VOCAB_MAX`` numbers (``$EVALSUITE_VLLM_FULL_VOCAB_MAX``, default 2^21: vLLM
 returns every prompt position, ~76 bytes of JSON per number; measured on the embedded model, 44 positions x 49,152
-= 2.2M numbers were 164 MB and 57 s on two busy cores, against 16 kB and 2 s at top-5). Else ``served-topk``: KL over the partition {tokens both servers listed (their
-top-K ∪ the answer token)} ∪ {rest of the vocabulary, one bucket}; both sides are exact on that partition, so it is
-a lower bound on the full KL (log-sum inequality) and exactly 0 for identical distributions.
+= 2.2M numbers were 164 MB and 57 s on two busy cores, against 16 kB and 2 s at top-5). Else ``served-topk``: KL
+over the partition {tokens both servers listed (their top-K ∪ the answer token)} ∪ {rest of the vocabulary, one
+bucket}; both sides are exact on that partition, so it is a lower bound on the full KL (log-sum inequality) and
+exactly 0 for identical distributions.
 """
 from __future__ import annotations
 

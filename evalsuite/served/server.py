@@ -1,8 +1,8 @@
 """Starting and stopping vLLM OpenAI servers that evalsuite owns (``--engine vllm``).
 
-Each server is ``PYTHON -m vllm.entrypoints.openai.api_server --model MODEL`` on a free loopback port, in its own process
-group, its output in a log file. ``start`` waits for ``/health`` with a timeout; a server that exits or never gets
-healthy is a one-line EvalsuiteError carrying its log's last line. Every started server is stopped (SIGTERM to its
+Each server is ``PYTHON -m vllm.entrypoints.openai.api_server --model MODEL`` on a free loopback port, in its own
+process group, its output in a log file. ``start`` waits for ``/health`` with a timeout; a server that exits or never
+gets healthy is a one-line EvalsuiteError carrying its log's last line. Every started server is stopped (SIGTERM to its
 process group, then SIGKILL) by ``stop``, at interpreter exit, and on SIGTERM/SIGHUP; Ctrl-C raises
 KeyboardInterrupt, whose unwinding reaches the same ``stop``.
 
@@ -42,17 +42,20 @@ def vllm_python(explicit: str | None = None) -> str:
     return path
 
 
-def vllm_version(python: str) -> str:
-    """vLLM's version in ``python`` (one line naming ``make vllm`` when it has none)."""
+def vllm_version(python: str) -> tuple[str, str]:
+    """(vLLM's version, its platform's device type: cpu, cuda ...) in ``python`` (one line naming ``make vllm``
+    when it has none)."""
+    code = ("import vllm; from vllm.platforms import current_platform as p; "
+            "print(vllm.__version__, p.device_type or 'unknown')")
     try:
-        out = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
-                             text=True, timeout=120)
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=180)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EvalsuiteError(f"cannot run {python} ({exc}): run `make vllm`") from None
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         raise EvalsuiteError(f"{python} has no working vLLM ({last[:160]}): run `make vllm`")
-    return out.stdout.strip().splitlines()[-1]
+    version, _, device = out.stdout.strip().splitlines()[-1].partition(" ")
+    return version, device
 
 
 def free_port() -> int:
@@ -85,6 +88,7 @@ class VllmServer:
     proc: subprocess.Popen | None = None
     started_s: float | None = None  # seconds from spawn to healthy
     env: dict[str, str] = field(default_factory=dict)
+    _t0: float = 0.0
 
     @property
     def url(self) -> str:
@@ -97,6 +101,10 @@ class VllmServer:
 
     def start(self, timeout_s: float = 600.0) -> "VllmServer":
         """Spawn and wait until healthy; a server that exits or times out is a one-line EvalsuiteError."""
+        return self.spawn().ready(timeout_s)
+
+    def spawn(self) -> "VllmServer":
+        """Start the process (not waiting): several servers then warm up side by side."""
         self.port = self.port or free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KV_SPACE_GIB),
@@ -107,8 +115,14 @@ class VllmServer:
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         _LIVE[self.proc.pid] = self
         _install_handlers()
-        self._wait(t0, timeout_s)
-        self.started_s = time.monotonic() - t0
+        self._t0 = t0
+        return self
+
+    def ready(self, timeout_s: float = 600.0) -> "VllmServer":
+        """Wait until the spawned server is healthy (start-up time measured from the spawn)."""
+        if self.started_s is None:
+            self._wait(self._t0, timeout_s)
+            self.started_s = time.monotonic() - self._t0
         return self
 
     def _wait(self, t0: float, timeout_s: float) -> None:

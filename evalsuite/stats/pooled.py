@@ -73,12 +73,4 @@ def more_needed(parts: Sequence[Part], alpha: float = seq.ALPHA, cap: int = seq.
         scaled = [(v, np.asarray(w, dtype=float) * (total / n), t) for v, w, t in parts]
         return bool(rejects(scaled, 0.0, alpha))
 
-    lo, hi = int(n), int(n) + 1
-    while not ok(hi):
-        lo, hi = hi, 2 * hi
-        if hi - n > cap:
-            return cap
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return max(1, hi - int(n))
+    return seq.extra_to_decide(n, cap, ok)

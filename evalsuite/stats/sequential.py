@@ -20,7 +20,7 @@ leading batch dimensions for simulation). Paired differences d in [-1, 1] enter 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.special import logsumexp
@@ -147,9 +147,12 @@ def more_needed(values: np.ndarray, weights: np.ndarray, m: float, alpha: float 
     if decided(values, w, m, alpha):
         return 0
 
-    def ok(total: int) -> bool:
-        return bool(decided(values, w * (total / n), m, alpha))
+    return extra_to_decide(n, cap, lambda total: bool(decided(values, w * (total / n), m, alpha)))
 
+
+def extra_to_decide(n: float, cap: int, ok: Callable[[int], bool]) -> int:
+    """The smallest number of observations beyond ``n`` at which ``ok(total)`` holds (``ok`` is monotone in the
+    total: doubling, then bisection); at least 1, ``cap`` when even ``cap`` more would not do."""
     lo, hi = int(n), int(n) + 1
     while not ok(hi):
         lo, hi = hi, 2 * hi

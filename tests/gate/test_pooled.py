@@ -77,3 +77,19 @@ def test_within_tolerance_everywhere_is_not_failed_in_simulation() -> None:
         ever |= pooled.rejects(parts)
     fails = ever.mean()
     assert fails <= 0.05
+
+
+def test_continuous_tasks_enter_with_their_differences() -> None:
+    from evalsuite.gate.pooled import part, pooled_check
+    from evalsuite.stats.types import PairedStats
+
+    cont = PairedStats("q", "json", "all", 40, 0.8, 0.675, -0.125, -0.2, -0.05, binary=False,
+                       diff_counts=((-0.5, 10), (0.0, 30)), n_informative=40)
+    values, weights, t = part(cont, 0.05)
+    assert list(values) == [0.25, 0.5] and list(weights) == [10.0, 30.0] and t == 0.05
+    binary = PairedStats("q", "code", "all", 40, 0.5, 0.4, -0.1, -0.2, 0.0, binary=True, flips_right_to_wrong=4,
+                         n_informative=20)
+    c = pooled_check("q", [(cont, 0.05), (binary, 0.05)], tasks_passed=False)
+    assert c is not None and c.n == 80 and "(n=80, 60 with a side right)" in c.reason
+    assert c.observed == pytest.approx(((-0.125 + 0.05) * 40 + (-0.1 + 0.05) * 40) / 80)
+    assert pooled_check("q", [(cont, 0.05)], tasks_passed=False) is None  # one task: its own check suffices

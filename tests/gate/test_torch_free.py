@@ -4,7 +4,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-CORE = ["evalsuite.run.records", "evalsuite.run.store", "evalsuite.stats.compare", "evalsuite.stats.sequential", "evalsuite.stats.pooled", "evalsuite.gate.pooled",
+CORE = ["evalsuite.run.records", "evalsuite.run.store", "evalsuite.stats.compare", "evalsuite.stats.sequential",
+        "evalsuite.stats.pooled", "evalsuite.gate.pooled",
         "evalsuite.gate.policy", "evalsuite.gate.verdict", "evalsuite.gate.store_gate", "evalsuite.gate.tenants",
         "evalsuite.report.build", "evalsuite.report.ablation", "evalsuite.cli.gate_cmd", "evalsuite.cli.report_cmd",
         "evalsuite.cli.tenants_cmd", "evalsuite.cli.finish"]

@@ -367,3 +367,16 @@ def test_kv_card_states_the_context_range_and_the_grid_the_informative_pairs(rep
     assert _covers({**card, "kv": {"saved": 0}}) == ""  # a weight-only variant: no KV claim
     d = {"stat": {"n": 52, "n_informative": 0}, "verdict": "PASS", "slices": [], "n": 52}
     assert _decision_note(d) == "n=52 (0 with a side right)"  # HumanEval for the 135M model: pairs, no information
+
+
+def test_the_pooled_check_gets_its_own_grid_column(report):
+    from evalsuite.report.html_decision import grid_section
+    from evalsuite.report.markdown import render_markdown
+
+    pool = {"variant": "w4g128", "task": "*", "slice": "all", "check": "pooled_max_drop", "threshold": 0.0,
+            "observed": -0.062, "verdict": "FAIL", "reason": "pooled over 3 tasks: ...", "ci": [-1.0, -0.011],
+            "n": 90, "more_needed": None, "pools": [["gsm", 30], ["json", 30], ["needle", 30]]}
+    r = {**report, "checks": report["checks"] + [pool]}
+    grid = grid_section(r)
+    assert "<th>pooled (all tasks)</th>" in grid and "margin -0.062, CS upper -0.011" in grid
+    assert "<th>*</th>" not in grid and "| pooled (all tasks) |" in render_markdown(r)

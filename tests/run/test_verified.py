@@ -79,3 +79,18 @@ def test_an_audit_fraction_outside_0_1_is_exit_2(tmp_path):
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode == 2 and "--verify-audit" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_report_says_how_answers_were_obtained(tokenizer, tmp_path):
+    from evalsuite.gate.store_gate import gate_store
+    from evalsuite.report.build import report_model
+    from evalsuite.report.markdown import render_markdown
+
+    store = run_model(fp32_tiny(tokenizer), tmp_path / "r", ("bf16", "w4g32", "kvhf4g16r8"),
+                      tasks=prepared(n=4, seed=2), verify_audit=1.0)
+    report = report_model(store, gate_store(store, None)).to_dict()
+    ver = report["verification"]
+    assert ver["w4g32"].get("verified", 0) + ver["w4g32"].get("diverged", 0) == 4
+    assert ver["kvhf4g16r8"]["regenerated"] == 4 and "bf16" not in ver
+    assert ver["w4g32"]["audited"] == ver["w4g32"].get("verified", 0)
+    assert "4 regenerated" in render_markdown(report)

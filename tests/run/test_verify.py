@@ -127,7 +127,7 @@ def test_verified_answers_equal_decoded_ones(fp32, w8, kind):
     assert all(len(v.kld[0]) == max(len(r.ids), 1) for v, r in zip(got, refs))
     differs = [tuple(d.ids) != r.ids for d, r in zip(own, refs)]
     assert all(v.decode.startswith("diverged@") for v, d in zip(got, differs) if d)  # tails really decode
-    if kind.startswith("w8"):
+    if kind == "w8":  # quantized weights change some answers: the tail path is exercised
         assert any(differs)
 
 

@@ -76,7 +76,7 @@ def test_run_gates_fp8_kv(vllm_servers: dict, tmp_path: Path) -> None:
     assert all(s.alive() for s in vllm_servers["servers"].values())  # the session's servers are not stopped
     store = Store.open(run_dir)
     meta = store.meta()
-    assert meta["settings"]["backend"] == "vllm" and meta["settings"]["vllm_version"]
+    assert meta["settings"]["backend"] == "vllm" and meta["settings"]["vllm_version"] and meta["settings"]["device"]
     assert meta["settings"]["servers"]["vkvf8"]["flags"] == ["--kv-cache-dtype", "fp8"]
     assert "per-tensor" in meta["settings"]["servers"]["vkvf8"]["kv_scheme"]
     assert len(store.samples("bf16", "reasoning")) == 3 and len(store.samples("vkvf8", "reasoning")) == 3
