@@ -24,7 +24,7 @@ GATE_BASELINES ?= .cache/baselines
 # anything else for `evalsuite run`, e.g. GATE_ARGS="--policy my-policy.yaml"
 GATE_ARGS ?=
 
-.PHONY: setup gate selftest test browser server-deps clean vllm test-vllm
+.PHONY: setup gate selftest test browser server-deps clean vllm test-vllm llmc
 
 setup: $(VENV)/.installed
 

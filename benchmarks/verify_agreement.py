@@ -24,9 +24,11 @@ from evalsuite.run.store import Store
 VARIANTS = "w4g64,kv4g32r16,kv2g32r32kt,kvf8e4g0r16,kv4g32r16pq,w4g64+kv4g32r16"
 
 
-def run_once(loaded, args: argparse.Namespace, verify: bool, out: Path) -> tuple[Store, float]:
+def run_once(loaded, args: argparse.Namespace, verify: bool, out: Path, batch: int | None = None
+             ) -> tuple[Store, float]:
     config = RunConfig(model="default", dtype=args.dtype, variants=["bf16"] + args.variants.split(","),
-                       tasks=args.tasks.split(","), limit=args.limit, batch_size=args.batch_size, verify=verify,
+                       tasks=args.tasks.split(","), limit=args.limit, batch_size=batch or args.batch_size,
+                       verify=verify,
                        task_params={"needle": {"context_lens": [600, 1200]}} if "needle" in args.tasks else {})
     start = time.perf_counter()
     store = execute(config, out, False, InProcessBackend.of(loaded, seed=config.seed), progress=False,
@@ -57,6 +59,8 @@ def main() -> None:
     ap.add_argument("--tasks", default="reasoning,json")
     ap.add_argument("--limit", type=int, default=24)
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--noise-batch", type=int, default=0,
+                    help="also regenerate at this batch size: how often regeneration agrees with itself")
     args = ap.parse_args()
     loaded = load_model("default", args.dtype, "cpu")
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,6 +73,14 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|")
         for name in args.variants.split(","):
             print(variant_rows(on, off, name))
+        if args.noise_batch:
+            other, _ = run_once(loaded, args, False, Path(tmp) / "noise", args.noise_batch)
+            print(f"regenerated at batch {args.noise_batch} vs batch {args.batch_size} (the noise floor of regeneration):")
+            for name in args.variants.split(","):
+                a = {(r.task, r.sample_id): r.output for r in other.samples(name)}
+                b = {(r.task, r.sample_id): r.output for r in off.samples(name)}
+                same = sum(a[k] == b[k] for k in a.keys() & b.keys())
+                print(f"| {name} | {same}/{len(a.keys() & b.keys())} identical |")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
-from evalsuite.run.engine import encode_prefix, exact_prefill, observe_prefills, plain_dynamic
+from evalsuite.run.engine import encode_prefix, exact_prefill, observe_prefills, plain_dynamic, plan_batches
 from evalsuite.run.generate import Generation, cut_at_stop, encode_prompts, iter_generate, shared_prefix_len, stop_ids
 from evalsuite.run.kld import BaselineLogprobCache, baseline_answer_logprobs, teacher_forced_kld
 from evalsuite.run.prepare import PreparedTask, prepare_variants
@@ -209,13 +209,14 @@ class InProcessBackend:
                refs: Sequence[Reference], outputs: Sequence[str], batch_size: int
                ) -> Iterator[list[tuple[SampleResult, KLDResult, Verified]]]:
         """Verified (or diverged-then-decoded) answers of ``variant`` to ``indices`` with their KLD, a batch at a
-        time, batches sorted by (answer, prompt) length; ``refs`` / ``outputs``: the baseline's ids and texts."""
+        time, in length-sorted batches within the token budget; ``refs`` / ``outputs``: the baseline's ids and
+        texts."""
         built, prompts, tok = self.built(variant), self.prompts(task), self.loaded.tokenizer
         keys = [tuple(x) for x in encode_prompts(tok, [prompts[i] for i in indices])]
-        order = sorted(range(len(indices)), key=lambda j: (len(refs[j].ids), len(keys[j]), j))
         p = self.prefix_len(task)
-        for start in range(0, len(order), batch_size):
-            js = order[start:start + batch_size]
+        # length-sorted batches of at most batch_size rows and max_batch_tokens padded (prompt + answer) tokens
+        for js in plan_batches([len(k) + len(r.ids) for k, r in zip(keys, refs)], batch_size,
+                               self.max_batch_tokens):
             out = self._verify_batch(built, task, [keys[j] for j in js], [refs[j] for j in js], p,
                                      [task.samples[indices[j]].id for j in js])
             yield [self._verified_row(task, indices[j], name, outputs[j], v) for j, v in zip(js, out)]
@@ -226,8 +227,10 @@ class InProcessBackend:
         rows, head = [list(k[p:]) for k in keys], list(keys[0][:p])
         snap = self.base_prompts.take(keys, keep=True)  # the baseline's prompt K/V from its generation
         base = Side(base_model, lambda keep: None, encode_prefix(base_model, head) if snap is None else None, snap)
-        base_lp = self._base_lp.get_rows((task.name, "verify", tuple(ids)),
-                                         lambda: baseline_logprobs(base, rows, refs, tok.pad_token_id))
+        with observe_prefills(self.base_prompts.observe if self.snapshot_bytes else None):  # a reused baseline
+            base_lp = self._base_lp.get_rows((task.name, "verify", tuple(ids)),  # keeps them from this prefill
+                                             lambda: baseline_logprobs(base, rows, refs, tok.pad_token_id))
+        snap = snap or self.base_prompts.take(keys, keep=True)
         if snap is not None and built.model is base_model and exact_prefill(built.make_cache()):
             var = Side(built.model, built.make_cache, None, snap)  # same weights, exact prefill: same prompt K/V
         else:

@@ -200,6 +200,8 @@ class VllmBackend:
 
     def close(self) -> None:
         """Stop every server this backend started."""
+        for server in self._servers.values():
+            server.terminate()
         for name in list(self._servers):
             self._servers.pop(name).stop()
         self._clients.clear()

@@ -146,6 +146,14 @@ class VllmServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def terminate(self) -> None:
+        """SIGTERM the process group without waiting (``stop`` then waits): several servers shut down at once."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM the server's process group, SIGKILL after ``grace_s``; idempotent."""
         proc, self.proc = self.proc, None
@@ -177,6 +185,8 @@ class VllmServer:
 
 def stop_all() -> None:
     """Stop every server this process started (at exit and on SIGTERM/SIGHUP)."""
+    for server in list(_LIVE.values()):
+        server.terminate()
     for server in list(_LIVE.values()):
         server.stop(grace_s=5.0)
 
