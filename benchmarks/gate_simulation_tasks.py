@@ -178,7 +178,7 @@ def replay(codes: list[np.ndarray], r: int, n: int) -> int:
     ``n`` pairs of every task: the bulk above must agree with it."""
     from evalsuite.gate.policy import load_policy
     from evalsuite.gate.verdict import gate_run
-    from evalsuite.run.records import SampleResult
+    from evalsuite.core.records import SampleResult
 
     base, var = [], []
     for task, c in zip(TOL, codes):

@@ -160,7 +160,7 @@ def identical_table(on_rows: list[dict[str, Any]], off_rows: list[dict[str, Any]
 def export_all(args: argparse.Namespace, tokenizer: Any, folder: Path) -> tuple[list[str], dict[str, Any]]:
     """Export every task (same samples as ``evalsuite run --limit n --seed s``); lm-eval names and gen settings."""
     from evalsuite.lmeval.export import export_task
-    from evalsuite.run.config import RunConfig
+    from evalsuite.core.config import RunConfig
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.tasks.registry import default_registry
 

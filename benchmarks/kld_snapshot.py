@@ -23,9 +23,9 @@ def main() -> None:
 
     from evalsuite.models import load_model, offline
     from evalsuite.models.dtype import choose_compute_dtype
-    from evalsuite.run.config import RunConfig
-    from evalsuite.run.generate import shared_prefix_len
-    from evalsuite.run.kld import BaselineLogprobCache, teacher_forced_kld
+    from evalsuite.core.config import RunConfig
+    from evalsuite.engine.generate import shared_prefix_len
+    from evalsuite.engine.kld import BaselineLogprobCache, teacher_forced_kld
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.run.prompts import render_prompt
     from evalsuite.tasks.registry import default_registry

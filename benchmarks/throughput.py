@@ -21,11 +21,11 @@ from typing import Any, Callable
 
 
 def run_evalsuite(base, task, batch_size: int, run_dir: Path, refill: bool = True, pool_factor: int = 1) -> float:
-    import evalsuite.run.inprocess as inprocess
-    from evalsuite.run.config import RunConfig
-    from evalsuite.run.generate import iter_generate
+    import evalsuite.engine.inprocess as inprocess
+    from evalsuite.core.config import RunConfig
+    from evalsuite.engine.generate import iter_generate
     from evalsuite.run.runner import Runner
-    from evalsuite.run.store import Store
+    from evalsuite.core.store import Store
 
     def patched(*args, max_batch: int = 16, **kw):  # benchmark-only knobs: refill on/off, a larger pool
         return iter_generate(*args, max_batch=max_batch * pool_factor, refill=refill, **kw)
@@ -91,7 +91,7 @@ def run_lm_eval(base, folder: Path, name: str, batch_size: int) -> float:
 def bench_task(base, name: str, args: argparse.Namespace, tmp: Path) -> None:
     """Time every row for one task and print the table (evalsuite's refill row is the one the ratios use)."""
     from evalsuite.lmeval.export import export_task
-    from evalsuite.run.config import RunConfig
+    from evalsuite.core.config import RunConfig
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.tasks.registry import default_registry
 

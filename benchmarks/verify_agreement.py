@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from evalsuite.models.loader import load_model
-from evalsuite.run.config import RunConfig
-from evalsuite.run.inprocess import InProcessBackend
+from evalsuite.core.config import RunConfig
+from evalsuite.engine.inprocess import InProcessBackend
 from evalsuite.run.pipeline import execute
-from evalsuite.run.store import Store
+from evalsuite.core.store import Store
 
 VARIANTS = "w4g64,kv4g32r16,kv2g32r32kt,kvf8e4g0r16,kv4g32r16pq,w4g64+kv4g32r16"
 

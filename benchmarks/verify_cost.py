@@ -13,13 +13,13 @@ import time
 import torch
 
 from evalsuite.models.loader import load_model
-from evalsuite.run.config import RunConfig
-from evalsuite.run.generate import encode_prompts, iter_generate, shared_prefix_len, stop_ids
-from evalsuite.run.kld import BaselineLogprobCache, teacher_forced_kld
+from evalsuite.core.config import RunConfig
+from evalsuite.engine.generate import encode_prompts, iter_generate, shared_prefix_len, stop_ids
+from evalsuite.engine.kld import BaselineLogprobCache, teacher_forced_kld
 from evalsuite.run.prepare import prepare_tasks
 from evalsuite.run.prompts import render_prompt
-from evalsuite.run.records import Reference
-from evalsuite.run.verify import Side, baseline_logprobs, verify_batch
+from evalsuite.core.records import Reference
+from evalsuite.engine.verify import Side, baseline_logprobs, verify_batch
 from evalsuite.tasks.registry import default_registry
 from evalsuite.variants.build import build_variant
 from evalsuite.variants.spec import parse_variant
@@ -61,7 +61,7 @@ def main() -> None:
     refs = [Reference(ids_by[i].ids, ids_by[i].stop) for i in range(len(prompts))]
 
     def new_pass():
-        from evalsuite.run.engine import encode_prefix
+        from evalsuite.engine.decoder import encode_prefix
 
         side = Side(base.model, lambda keep: None, encode_prefix(base.model, head))
         lp = baseline_logprobs(side, rows, refs, tok.pad_token_id)

@@ -60,7 +60,7 @@ def embedded():
 
 def greedy_answers(loaded, samples, max_new_tokens=None, gen=None):
     """Generate as the runner does (chat template, one batch, greedy); ``gen`` overrides ``max_new_tokens``."""
-    from evalsuite.run.generate import generate_batch
+    from evalsuite.engine.generate import generate_batch
     from evalsuite.run.prompts import render_prompt
     from evalsuite.tasks.base import GenSettings
 
@@ -84,10 +84,10 @@ def run_model(loaded, run_dir, variants=("bf16",), tasks=None, batch_size: int =
     """The one way tests run the Runner: ``loaded`` through an in-process backend (or ``backend``) into a store
     at ``run_dir`` (or ``store``, to continue one); ``config_kw`` are further RunConfig fields. Returns the
     store, marked finished."""
-    from evalsuite.run.config import RunConfig
-    from evalsuite.run.inprocess import InProcessBackend
+    from evalsuite.core.config import RunConfig
+    from evalsuite.engine.inprocess import InProcessBackend
     from evalsuite.run.runner import Runner
-    from evalsuite.run.store import Store
+    from evalsuite.core.store import Store
 
     tasks = tasks if tasks is not None else prepared()
     config = RunConfig(model=loaded.name if loaded is not None else "tiny", variants=list(variants),

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from evalsuite.cli.common import check_device, model_options, quiet_libraries, reports_root, runs_root
-from evalsuite.run.config import RunConfig
+from evalsuite.core.config import RunConfig
 
 
 @click.command()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.run.backend import Backend
-from evalsuite.run.config import RunConfig
+from evalsuite.core.config import RunConfig
 
 
 def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = None) -> Backend:
@@ -16,7 +16,7 @@ def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = Non
     from evalsuite.models.loader import ModelFactory
 
     if config.model.strip().lower().startswith("openai:"):
-        from evalsuite.scale.endpoint_backend import EndpointBackend
+        from evalsuite.served.endpoint_backend import EndpointBackend
 
         return EndpointBackend(config.model, workdir=run_dir, seed=config.seed, top_k=5 if config.kld else 0)
     factory = ModelFactory(config.model, config.dtype, config.device)
@@ -29,13 +29,13 @@ def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = Non
         if config.weight_kernels != "dequantized":
             raise EvalsuiteError("--weight-kernels quanto is not available with --ray (workers run dequantized)")
         return RayBackend(factory, address=ray_address, seed=config.seed, max_batch_tokens=config.max_batch_tokens)
-    from evalsuite.run.inprocess import InProcessBackend
+    from evalsuite.engine.inprocess import InProcessBackend
 
     local = InProcessBackend(loader=factory, seed=config.seed, max_batch_tokens=config.max_batch_tokens,
                              kernels=config.weight_kernels, snapshot_bytes=(2 << 30) if config.kld else 0,
                              reuse_base_prompts=config.reuse_prompt_kv)
     if served:
-        from evalsuite.scale.mixed_backend import MixedBackend
+        from evalsuite.served.mixed import MixedBackend
 
         return MixedBackend(local, workdir=run_dir, seed=config.seed, top_k=5 if config.kld else 0)
     return local

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from evalsuite.cli.common import baselines_root, check_device, model_options, quiet_libraries, runs_root
-from evalsuite.run.config import DEFAULT_TASKS, RunConfig
+from evalsuite.core.config import DEFAULT_TASKS, RunConfig
 
 
 @click.command()

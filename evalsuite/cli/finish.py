@@ -6,7 +6,7 @@ from typing import Callable
 
 from evalsuite.cli.common import reports_root, table
 from evalsuite.gate.store_gate import GatedRun, gate_store
-from evalsuite.run.store import Store
+from evalsuite.core.store import Store
 
 
 def verdict_rows(gated: GatedRun) -> tuple[list[str], list[list[str]]]:

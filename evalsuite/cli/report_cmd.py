@@ -17,7 +17,7 @@ def report(run: str, policy: Path | None, out: Path | None) -> int:
     from evalsuite.gate.policy import load_policy
     from evalsuite.gate.store_gate import gate_store
     from evalsuite.report.build import write_report
-    from evalsuite.run.store import Store, require_finished, resolve_run_dir
+    from evalsuite.core.store import Store, require_finished, resolve_run_dir
 
     load_policy(policy)
     run_dir = resolve_run_dir(run, runs_root())

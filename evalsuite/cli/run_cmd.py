@@ -7,7 +7,7 @@ import click
 
 from evalsuite.cli.common import baselines_root, check_device, model_options, quiet_libraries, runs_root, table
 from evalsuite.errors import EvalsuiteError
-from evalsuite.run.config import DEFAULT_TASKS, DEFAULT_VARIANTS, RunConfig
+from evalsuite.core.config import DEFAULT_TASKS, DEFAULT_VARIANTS, RunConfig
 
 
 def parse_duration(text: str) -> float:
@@ -112,7 +112,7 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
     from evalsuite.cli.common import set_run_dir
     from evalsuite.gate.policy import load_policy
     from evalsuite.run.pipeline import execute, new_run_id, resume_config
-    from evalsuite.run.store import resolve_run_dir, score_table
+    from evalsuite.core.store import resolve_run_dir, score_table
     from evalsuite.variants.spec import split_specs
 
     root = out or runs_root()
@@ -153,7 +153,7 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
     set_run_dir(run_dir)
     quiet_libraries()
     baselines = store_baseline or baseline_dir or (baselines_root() if baselines_root().exists() else None)
-    from evalsuite.served.cli import engine_backend
+    from evalsuite.served.vllm.cli import engine_backend
 
     backend = engine_backend(config, run_dir, engine, vllm_python, bool(resume)) or \
         make_backend(config, run_dir, ray_address)

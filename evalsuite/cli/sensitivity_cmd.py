@@ -9,7 +9,7 @@ import click
 
 from evalsuite.cli.common import check_device, model_options, quiet_libraries, runs_root
 from evalsuite.errors import EvalsuiteError
-from evalsuite.run.config import DEFAULT_TASKS
+from evalsuite.core.config import DEFAULT_TASKS
 
 
 @click.command()

@@ -18,7 +18,7 @@ def smoke(model: str, dtype: str, device: str | None, variants: str, max_new_tok
     variant, measured weight bytes, formula bytes, fingerprint and the answer. An artifact
     (ckpt:PATH, a folder or .gguf) shows its own tensor bytes and a hash of its files."""
     from evalsuite.models import load_model, offline
-    from evalsuite.run.generate import generate_batch
+    from evalsuite.engine.generate import generate_batch
     from evalsuite.run.prompts import render_prompt
     from evalsuite.tasks.base import GenSettings, Sample
     from evalsuite.variants.build import build_variant

@@ -18,7 +18,7 @@ def tenants(run: str, tenants_path: Path, as_json: bool) -> int:
     """For each tenant, the cheapest variant of RUN that passes the tenant's policy, else the baseline,
     with the reason each cheaper variant was rejected."""
     from evalsuite.gate.tenants import load_tenants, tenants_run
-    from evalsuite.run.store import Store, require_finished, resolve_run_dir
+    from evalsuite.core.store import Store, require_finished, resolve_run_dir
 
     spec = load_tenants(tenants_path)
     store = Store.open(resolve_run_dir(run, runs_root()))

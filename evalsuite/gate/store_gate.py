@@ -6,8 +6,8 @@ from pathlib import Path
 
 from evalsuite.gate.policy import Policy, load_policy
 from evalsuite.gate.verdict import gate_run
-from evalsuite.run.records import NOISE_SUFFIX
-from evalsuite.run.store import Store
+from evalsuite.core.records import NOISE_SUFFIX
+from evalsuite.core.store import Store
 from evalsuite.stats.compare import noise_floor
 from evalsuite.gate.types import GateResult
 from evalsuite.stats.types import PairedStats

@@ -29,7 +29,7 @@ import yaml
 from evalsuite.errors import EvalsuiteError
 from evalsuite.gate.policy import Policy, PolicyParser, load_policy, parse_policy
 from evalsuite.gate.verdict import evaluate_gate
-from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.stats.compare import SliceFilter, compare
 from evalsuite.gate.types import CheckResult, GateResult, Verdict
 from evalsuite.stats.types import PairedStats

@@ -24,7 +24,7 @@ import numpy as np
 
 from evalsuite.gate.policy import Policy, Thresholds
 from evalsuite.gate.pooled import POOLED, pooled_check
-from evalsuite.run.records import KLDResult, SampleResult
+from evalsuite.core.records import KLDResult, SampleResult
 from evalsuite.stats.compare import compare
 from evalsuite.stats import sequential as seq
 from evalsuite.gate.types import CheckResult, GateResult, Verdict

@@ -99,7 +99,7 @@ def _yaml_config(name: str, task: PreparedTask, data_path: Path, seed: int, mode
 def export_by_name(name: str, out_dir: Path, tokenizer: Any, seed: int = 1234, limit: int | None = None,
                    params: dict[str, Any] | None = None, model_name: str = "default") -> Exported:
     """Prepare an evalsuite task (built-in or plugin) exactly as ``evalsuite run`` would, then export it."""
-    from evalsuite.run.config import RunConfig
+    from evalsuite.core.config import RunConfig
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.tasks.registry import default_registry
 

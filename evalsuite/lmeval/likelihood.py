@@ -1,5 +1,5 @@
 """Log-likelihoods that really read a variant's KV cache: the context is one forward pass, the continuation follows
-as later chunks through the same cache (the two-chunk trick of ``evalsuite.run.kld``, generalised to chunks).
+as later chunks through the same cache (the two-chunk trick of ``evalsuite.engine.kld``, generalised to chunks).
 
 A single forward pass over context+continuation shows no KV-quantization effect at all: transformers'
 QuantizedCache and evalsuite's cache in ``exact`` prefill mode hand the first call its own full-precision K/V.
@@ -94,7 +94,7 @@ def score_pairs(model: Any, pairs: Sequence[Pair], pad_id: int, make_cache: Call
                 max_batch: int, max_tokens: int, chunk: int,
                 progress: Callable[[int], None] | None = None) -> list[tuple[float, bool]]:
     """Score every pair in length-sorted batches (a fresh cache per batch); results in input order."""
-    from evalsuite.run.generate import plan_batches
+    from evalsuite.engine.generate import plan_batches
 
     results: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)  # an empty continuation: log 1, greedy
     todo = [i for i, p in enumerate(pairs) if p.continuation]

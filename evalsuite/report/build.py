@@ -12,8 +12,8 @@ from evalsuite.report.html import render_html
 from evalsuite.report.junit import render_junit
 from evalsuite.report.markdown import render_markdown
 from evalsuite.report.model import Flip, ReportModel, needle_grid
-from evalsuite.run.records import SampleResult
-from evalsuite.run.store import Store
+from evalsuite.core.records import SampleResult
+from evalsuite.core.store import Store
 
 MAX_FLIPS = 400
 

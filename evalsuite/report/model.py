@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.run.records import SampleResult, VariantInfo
+from evalsuite.core.records import SampleResult, VariantInfo
 from evalsuite.gate.types import GateResult
 from evalsuite.stats.types import PairedStats
 

@@ -4,9 +4,9 @@ A backend turns (variant, task, sample indices) into scored samples, gives teach
 variant against the baseline's stored answers, and describes each variant (bytes; the Runner adds the timing
 medians from the stored samples). Four implementations:
 
-* ``evalsuite.run.inprocess.InProcessBackend``: a model loaded in this process, variants built from it;
-* ``evalsuite.scale.endpoint_backend.EndpointBackend``: OpenAI-compatible servers (vLLM, llama.cpp, ...);
-* ``evalsuite.scale.mixed_backend.MixedBackend``: an in-process baseline beside served variants;
+* ``evalsuite.engine.inprocess.InProcessBackend``: a model loaded in this process, variants built from it;
+* ``evalsuite.served.endpoint_backend.EndpointBackend``: OpenAI-compatible servers (vLLM, llama.cpp, ...);
+* ``evalsuite.served.mixed.MixedBackend``: an in-process baseline beside served variants;
 * ``evalsuite.scale.ray_backend.RayBackend``: the in-process backend fanned out over Ray workers.
 
 The Runner (``evalsuite.run.runner``) owns everything else once, for all four: which samples are still to do,
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.run.records import KLDResult, Reference, SampleResult, VariantInfo
+from evalsuite.core.records import KLDResult, Reference, SampleResult, VariantInfo
 from evalsuite.tasks.base import TaskContext
 
 

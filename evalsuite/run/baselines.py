@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 from evalsuite.errors import StoreMismatch
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.run.records import DECODE_FORMAT, SampleResult
-from evalsuite.run.store import Store
+from evalsuite.core.records import DECODE_FORMAT, SampleResult
+from evalsuite.core.store import Store
 
 MANIFEST = "manifest.json"
 

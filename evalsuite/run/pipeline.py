@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Callable
 
 from evalsuite.run.backend import Backend
-from evalsuite.run.config import RunConfig
+from evalsuite.core.config import RunConfig
 from evalsuite.run.runner import Runner
-from evalsuite.run.store import Store
+from evalsuite.core.store import Store
 from evalsuite.tasks.registry import Registry
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.run.config import BASELINE, RunConfig
+from evalsuite.core.config import BASELINE, RunConfig
 from evalsuite.tasks.base import GenSettings, Sample, Task, TaskContext
 from evalsuite.tasks.registry import Registry
 from evalsuite.variants.spec import VariantSpec, parse_variant, variant_from_dict

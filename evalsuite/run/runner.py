@@ -17,10 +17,10 @@ from tqdm.auto import tqdm
 
 from evalsuite.errors import StoreMismatch
 from evalsuite.run.backend import Backend, ModelIdentity, VariantRef
-from evalsuite.run.config import RunConfig
+from evalsuite.core.config import RunConfig
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.run.records import NOISE_SUFFIX, KLDResult, Reference
-from evalsuite.run.store import Store
+from evalsuite.core.records import NOISE_SUFFIX, KLDResult, Reference
+from evalsuite.core.store import Store
 from evalsuite.run.verified import VerifyTally, audit
 
 #: KLD method code of rows copied from the baseline (``Runner.copy_baseline``)

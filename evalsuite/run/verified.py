@@ -10,7 +10,7 @@ import hashlib
 from typing import Any, Iterable
 
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.run.store import Store
+from evalsuite.core.store import Store
 
 
 class VerifyTally:

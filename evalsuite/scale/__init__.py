@@ -1,4 +1,1 @@
-"""Scaling past one process: OpenAI-compatible endpoints as models, and Ray fan-out of run units.
-
-Nothing here is imported by the default in-process path; ``ray`` is imported only by ``ray_exec``.
-"""
+"""Scaling past one process: Ray fan-out of run units (``ray`` is imported only when it runs)."""

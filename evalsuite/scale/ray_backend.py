@@ -16,9 +16,9 @@ from typing import Any, Callable, Iterator, Sequence
 from evalsuite.errors import EvalsuiteError
 from evalsuite.models.loader import LoadedModel, ModelFactory  # noqa: F401  (ModelFactory: the usual factory)
 from evalsuite.run.backend import ModelIdentity
-from evalsuite.run.inprocess import KLD_METHOD, InProcessBackend
+from evalsuite.engine.inprocess import KLD_METHOD, InProcessBackend
 from evalsuite.run.prepare import PreparedTask, prepare_variants
-from evalsuite.run.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.tasks.base import TaskContext
 from evalsuite.variants.spec import VariantSpec, variant_from_dict
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from evalsuite.run.engine import fill_cache
+from evalsuite.engine.decoder import fill_cache
 
 
 @dataclass

@@ -1,2 +1,2 @@
-"""evalsuite's own vLLM servers (``evalsuite run --engine vllm``): specs -> server flags, server lifecycle,
-same-engine teacher-forced KLD. See docs/vllm.md."""
+"""Served models: OpenAI-compatible endpoints as backends, the mixed backend (served variants against an
+in-process baseline), served KLD and pairing, and evalsuite's own vLLM engine (``served.vllm``)."""

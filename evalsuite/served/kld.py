@@ -1,90 +1,114 @@
-"""Teacher-forced KLD between two vLLM servers over the baseline's answer, from ``prompt_logprobs``.
+"""Teacher-forced KLD of a *served* variant against an in-process baseline, from the server's prompt log-probs.
 
-Both servers get the *same token ids* (prompt + the baseline's answer, tokenized by the baseline tokenizer; the
-pairing check proved the servers tokenize alike) as one ``/v1/completions`` request with ``prompt_logprobs: K`` and
-``max_tokens: 1``. At every answer position each returns the log-prob of the answer token and of its top-K tokens
-(ids, exact log-probs).
+The server is sent prompt + the baseline's answer as one raw ``/completions`` prompt with ``echo`` and
+``logprobs: K`` (llama.cpp; ``max_tokens: 1``, the one generated token is dropped), so at every answer position
+it reports, for the *same context the baseline was teacher-forced on*, the log-prob of the answer token and its
+top-K tokens. The baseline's distribution ``p`` is known over the full vocabulary (computed in-process); the
+variant's ``q`` only on the set S of tokens it reported (the answer token and its top-K).
 
-**It reads the quantized cache.** vLLM's CPU attention backend (``vllm/v1/attention/backends/cpu_attn.py``) first
-writes the step's K/V into the paged cache (``do_kv_cache_update`` -> ``cpu_attn_reshape_and_cache``, which
-quantizes to fp8) and then runs ``cpu_attention_with_kv_cache`` over the *cache* for every query, prefill
-included; so in one prefill over prompt + answer, each answer token attends to fp8 K/V exactly as a decode step
-does (unlike transformers' ``QuantizedCache``, see ``run/kld.py``). ``tests/served`` proves it: fp8 KV gives a
-non-zero KLD, bf16 against itself exactly zero. (A prefix-cached two-step request would not help on vLLM V1: it
-skips the prefix cache for requests that ask for prompt log-probs.)
+KL is computed over the partition {each token of S} ∪ {REST}, REST = every other token merged into one bucket:
 
-**Method per row.** ``served-full``: ``prompt_logprobs: -1`` (the whole vocabulary, exact KL) while
-(prompt + answer) x vocab <= ``FULL_VOCAB_MAX`` numbers (``$EVALSUITE_VLLM_FULL_VOCAB_MAX``, default 2^21: vLLM
-returns every prompt position, ~76 bytes of JSON per number; measured on the embedded model, 44 positions x 49,152
-= 2.2M numbers were 164 MB and 57 s on two busy cores, against 16 kB and 2 s at top-5). Else ``served-topk``: KL
-over the partition {tokens both servers listed (their top-K ∪ the answer token)} ∪ {rest of the vocabulary, one
-bucket}; both sides are exact on that partition, so it is a lower bound on the full KL (log-sum inequality) and
-exactly 0 for identical distributions.
+    KL_S(p || q) = sum_{i in S} p_i log(p_i / q_i)  +  P_rest log(P_rest / Q_rest),
+    P_rest = 1 - sum_S p_i,  Q_rest = 1 - sum_S q_i (both exact).
+
+By the log-sum inequality (data processing) this is a **lower bound** on the full-vocabulary KL, tight when the
+baseline puts little mass outside the variant's top-K or the two agree there; it is exactly 0 for identical
+distributions. Tokens are matched by their text (servers key top-K lists by token string): a string that is not
+exactly one baseline token (special tokens printing as "", partial UTF-8 bytes, collisions) goes to REST, which
+keeps the bound sound. A position is used only when the server's token strings for the answer equal the
+baseline tokenizer's, token for token; otherwise the sample is measured otherwise (``align_answer`` says why).
 """
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Sequence
 
-FULL = "served-full"
-TOPK = "served-topk"
-FULL_VOCAB_MAX = int(os.environ.get("EVALSUITE_VLLM_FULL_VOCAB_MAX", 1 << 21))  # (prompt+answer) x vocab
-TOP_K = 20
-METHOD_TEXT = ("vLLM baseline and variants on the same engine, teacher-forced on the baseline's answer ids via "
-               "prompt_logprobs (the CPU backend attends over the quantized paged cache in prefill too): "
-               f"'{FULL}' exact over the full vocabulary where (prompt+answer) x vocab <= {FULL_VOCAB_MAX}, else "
-               f"'{TOPK}' over both servers' top-{TOP_K} + one rest bucket (a lower bound); "
-               "evalsuite/served/kld.py")
+import torch
 
-Position = dict[int, float]  # token id -> log-prob at one position
+Entry = tuple[str, float, tuple[tuple[str, float], ...]]  # (token text, its log-prob, ((alt text, log-prob) ...))
+
+METHOD = "served-tf-topk"
+METHOD_TEXT = ("served variants: teacher-forced on the baseline's answer through the server's echoed prompt "
+               "log-probs; KL over the variant's top-k tokens + one bucket for the rest of the vocabulary (a lower "
+               "bound on the full KL; evalsuite/served/kld.py)")
 
 
-def method_for(n_ids: int, vocab: int, bound: int = FULL_VOCAB_MAX) -> tuple[str, int]:
-    """(method, the ``prompt_logprobs`` to ask for) for a request of ``n_ids`` tokens."""
-    return (FULL, -1) if n_ids * vocab <= bound else (TOPK, TOP_K)
+def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """Each token's own text as a server prints it (special tokens as "", partial UTF-8 bytes dropped)."""
+    special = set(getattr(tokenizer, "all_special_ids", ()) or ())
+    toks = tokenizer.convert_ids_to_tokens(list(ids))
+    return ["" if i in special else tokenizer.convert_tokens_to_string([t]).replace("\ufffd", "")
+            for i, t in zip(ids, toks)]
 
 
-def prompt_logprobs(client: Any, ids: Sequence[int], k: int) -> list[Position | None]:
-    """Per prompt position: {token id: log-prob} (the first is None), from one completions request."""
-    body: dict[str, Any] = {"prompt": list(ids), "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
-    if client.served_model:
-        body["model"] = client.served_model
-    out = client.post("/completions", body)
-    raw = ((out.get("choices") or [{}])[0]).get("prompt_logprobs") or []
-    return [None if p is None else {int(t): float(v["logprob"] if isinstance(v, dict) else v)
-                                    for t, v in p.items()} for p in raw]
-
-
-def position_kl(p: Position, q: Position, answer_id: int, full: bool) -> float:
-    """KL(p || q) at one position: exact when ``full``, else over {common listed ids} ∪ {rest}."""
-    common = set(p) & set(q) if not full else set(p)
-    common.add(answer_id)
-    kl = 0.0
-    p_s = q_s = 0.0
-    for t in common:
-        lp, lq = p.get(t), q.get(t)
-        if lp is None or lq is None:
+def text_to_id(tokenizer: Any) -> dict[str, int]:
+    """Token text -> id for texts that name exactly one token (empty and ambiguous texts are left out)."""
+    seen: dict[str, int] = {}
+    dup: set[str] = set()
+    for i, t in enumerate(token_texts(tokenizer, range(len(tokenizer)))):
+        if not t:
             continue
-        pi, qi = math.exp(lp), math.exp(lq)
-        kl += pi * (lp - lq)
-        p_s, q_s = p_s + pi, q_s + qi
-    if not full:
-        p_rest, q_rest = max(1.0 - p_s, 0.0), max(1.0 - q_s, 1e-12)
-        if p_rest > 1e-12:
-            kl += p_rest * math.log(p_rest / q_rest)
+        if t in seen:
+            dup.add(t)
+        seen[t] = i
+    return {t: i for t, i in seen.items() if t not in dup}
+
+
+def align_answer(entries: Sequence[Entry], generated: int, expected: Sequence[str]) -> tuple[list[Entry], str]:
+    """The server's entries for the answer tokens (those before its ``generated`` ones), or ([], why not)."""
+    n = len(expected)
+    end = len(entries) - generated
+    if n == 0 or end - n < 0:
+        return [], f"server returned {len(entries)} echoed tokens, fewer than the answer's {n}"
+    seg = list(entries[end - n:end])
+    for j, ((got, _, _), want) in enumerate(zip(seg, expected)):
+        if got.replace("\ufffd", "") != want:
+            return [], f"server tokenized the answer differently at token {j} ({got!r} vs {want!r})"
+    return seg, ""
+
+
+def partition_kl(base_lp: torch.Tensor, known: dict[int, float]) -> float:
+    """KL(p || q) over {each known token} ∪ {rest}: ``base_lp`` the baseline's full log-probs at one position,
+    ``known`` the variant's exact log-probs of some tokens (see the module docstring: a lower bound)."""
+    lp = torch.log_softmax(base_lp.double(), dim=-1)
+    if not known:
+        return 0.0
+    ids = torch.tensor(list(known), dtype=torch.long)
+    q = torch.tensor(list(known.values()), dtype=torch.float64)
+    p_log = lp[ids]
+    kl = float((p_log.exp() * (p_log - q)).sum())
+    mask = torch.ones_like(lp, dtype=torch.bool)
+    mask[ids] = False
+    p_rest = float(lp[mask].exp().sum()) if bool(mask.any()) else 0.0
+    q_rest = max(1.0 - float(q.exp().sum()), 1e-12)
+    if p_rest > 0:
+        kl += p_rest * math.log(p_rest / q_rest)
     return max(0.0, kl)
 
 
-def answer_kld(base: Sequence[Position | None], var: Sequence[Position | None], answer_ids: Sequence[int],
-               full: bool) -> tuple[list[float], int, int]:
-    """(KL per answer token, top-1 agreements, tokens) over the last ``len(answer_ids)`` positions."""
-    n = len(answer_ids)
+def served_kld(base_lp: torch.Tensor, answer_ids: Sequence[int], seg: Sequence[Entry], vocab: dict[str, int],
+               tokenizer: Any) -> tuple[list[float], int, int]:
+    """(KL per answer token, top-1 agreements, tokens) from aligned server entries ``seg`` and the baseline's
+    log-probs ``base_lp`` [answer_len, vocab]; ``vocab`` maps token text -> id (``text_to_id``). Top-1 agreement
+    compares texts (the variant's top-1 is known only as text)."""
     kls: list[float] = []
+    best_base = token_texts(tokenizer, base_lp[:len(seg)].argmax(-1).tolist())
     agree = 0
-    for p, q, aid in zip(base[len(base) - n:], var[len(var) - n:], answer_ids):
-        if not p or not q:
-            continue
-        kls.append(position_kl(p, q, int(aid), full))
-        agree += int(max(p, key=p.__getitem__) == max(q, key=q.__getitem__))
+    for t, (aid, (_, lp, top)) in enumerate(zip(answer_ids, seg)):
+        known = {vocab[s]: v for s, v in top if s in vocab}
+        known[int(aid)] = lp  # the answer token's own log-prob is exact (its id is known)
+        kls.append(partition_kl(base_lp[t], known))
+        best = max(top, key=lambda x: x[1])[0] if top else None
+        agree += int(best is not None and best == best_base[t])
     return kls, agree, len(kls)
+
+
+def baseline_entries(base_lp: torch.Tensor, answer_ids: Sequence[int], tokenizer: Any, k: int) -> list[Entry]:
+    """The baseline's answer as top-k entries (for the top-k fallback, ``endpoint_kld.topk_kld``)."""
+    top = base_lp.topk(k, dim=-1)
+    texts = token_texts(tokenizer, answer_ids)
+    out: list[Entry] = []
+    for t, aid in enumerate(answer_ids):
+        alts = token_texts(tokenizer, top.indices[t].tolist())
+        out.append((texts[t], float(base_lp[t, aid]), tuple(zip(alts, map(float, top.values[t].tolist())))))
+    return out

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.run.records import KLDResult, SampleResult
+from evalsuite.core.records import KLDResult, SampleResult
 from evalsuite.stats.paired import kld_aggregate, mcnemar_exact, paired_bootstrap_ci, tango_ci
 from evalsuite.stats.sequential import diff_cs, diff_values, flip_values
 from evalsuite.stats.types import ALL, PairedStats

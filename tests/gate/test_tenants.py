@@ -10,7 +10,7 @@ from evalsuite.errors import EvalsuiteError
 from evalsuite.gate.policy import load_policy, parse_policy
 from evalsuite.gate.tenants import Tenant, decide_tenants, load_tenants, parse_tenants, tenants_run
 from evalsuite.gate.verdict import gate_run
-from evalsuite.run.records import SampleResult, VariantInfo
+from evalsuite.core.records import SampleResult, VariantInfo
 
 TASKS = ("needle", "code")
 

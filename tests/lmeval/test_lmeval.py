@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.run.config import RunConfig
+from evalsuite.core.config import RunConfig
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.run.store import Store
+from evalsuite.core.store import Store
 from evalsuite.variants.build import build_variant
 from evalsuite.variants.spec import parse_variant
 

@@ -21,7 +21,7 @@ def _main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_export_cli_writes_the_task_prepared_like_run(monkeypatch, capsys, tmp_path):
-    from evalsuite.run.config import RunConfig
+    from evalsuite.core.config import RunConfig
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.tasks.registry import default_registry
 
@@ -50,7 +50,7 @@ def test_lm_eval_cli_wrapper_matches_evalsuite_run_on_embedded_model(embedded, m
     """`python -m evalsuite.lmeval run --model evalsuite --model_args variant=KV ...` (the model loaded from its
     name) gives the outputs and scores that `evalsuite run` stores for that KV variant."""
     from evalsuite.lmeval.harness import main
-    from evalsuite.run.config import RunConfig
+    from evalsuite.core.config import RunConfig
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.tasks.registry import default_registry
     from tests.conftest import run_model

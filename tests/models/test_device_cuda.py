@@ -29,7 +29,7 @@ def test_loaded_on_cuda_records_it_and_auto_dtype_is_bf16(tiny_cuda, tmp_path):
 
 
 def test_run_with_kv_cache_kld_and_w8_on_cuda(tiny_cuda, tmp_path):
-    from evalsuite.run.inprocess import InProcessBackend
+    from evalsuite.engine.inprocess import InProcessBackend
     from evalsuite.variants.spec import parse_variant
     from tests.conftest import prepared, run_model
 
@@ -49,7 +49,7 @@ def test_run_with_kv_cache_kld_and_w8_on_cuda(tiny_cuda, tmp_path):
 
 
 def test_quantized_cache_holds_cuda_tensors(tiny_cuda):
-    from evalsuite.run.generate import generate_batch
+    from evalsuite.engine.generate import generate_batch
     from evalsuite.tasks.base import GenSettings
     from evalsuite.variants.build import build_variant
     from evalsuite.variants.spec import parse_variant
@@ -73,7 +73,7 @@ def test_quantized_cache_holds_cuda_tensors(tiny_cuda):
 
 def test_sampled_generation_on_cuda_is_seeded(tiny_cuda):
     """Sampling draws on the CPU (per-row CPU generators): the same seeds give the same answers on CUDA."""
-    from evalsuite.run.generate import generate_batch
+    from evalsuite.engine.generate import generate_batch
     from evalsuite.tasks.base import GenSettings
 
     gen = GenSettings(max_new_tokens=6, temperature=1.0)

@@ -14,7 +14,7 @@ from evalsuite.report.html import render_html
 from evalsuite.report.junit import render_junit
 from evalsuite.report.markdown import render_markdown
 from evalsuite.report.model import SCHEMA_VERSION, Flip, ReportModel, check_report, needle_grid
-from evalsuite.run.records import SampleResult, VariantInfo
+from evalsuite.core.records import SampleResult, VariantInfo
 from evalsuite.gate.types import CheckResult, GateResult
 from evalsuite.stats.types import PairedStats
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from evalsuite.gate.store_gate import gate_store
-from evalsuite.run.config import RunConfig
-from evalsuite.run.inprocess import InProcessBackend
+from evalsuite.core.config import RunConfig
+from evalsuite.engine.inprocess import InProcessBackend
 from evalsuite.run.pipeline import execute
-from evalsuite.run.store import Store
+from evalsuite.core.store import Store
 from evalsuite.tasks.registry import Registry
 from tests.toytask import CopyTask
 
@@ -212,7 +212,7 @@ def test_budget_alone_runs_rounds_and_a_stored_baseline_grows(tiny, tmp_path, po
     """A second run regenerates no stored baseline answer and asks the baseline only for new samples."""
     import json
 
-    from evalsuite.run.records import DECODE_FORMAT
+    from evalsuite.core.records import DECODE_FORMAT
 
     scored: list[str] = []
     counted = type("Counted", (BigCopyTask,), {"score": lambda self, s, o: scored.append(s.id) or

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from evalsuite.run.inprocess import InProcessBackend
-from evalsuite.run.store import Store
+from evalsuite.engine.inprocess import InProcessBackend
+from evalsuite.core.store import Store
 from evalsuite.tasks.base import Score
 from tests.conftest import prepared, run_model
 from tests.toytask import CopyTask

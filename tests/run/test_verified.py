@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from evalsuite.run.store import Store
+from evalsuite.core.store import Store
 from evalsuite.run.verified import audited
 from tests.conftest import make_tiny_model, prepared, run_model
 

@@ -41,8 +41,8 @@ def vllm_servers(base_folder: str, tmp_path_factory: pytest.TempPathFactory) -> 
     """The baseline (bf16) and the fp8-KV server, started once for the whole session (in parallel)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from evalsuite.served.server import VllmServer, vllm_python
-    from evalsuite.served.specs import parse_served
+    from evalsuite.served.vllm.server import VllmServer, vllm_python
+    from evalsuite.served.vllm.specs import parse_served
 
     python = vllm_python()
     logs = tmp_path_factory.mktemp("vllm-logs")

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from evalsuite.served.kld import FULL, TOPK, answer_kld, method_for, position_kl
+from evalsuite.served.vllm.kld import FULL, TOPK, answer_kld, method_for, position_kl
 
 
 def _dist(logits: torch.Tensor) -> dict[int, float]:

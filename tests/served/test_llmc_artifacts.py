@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.served.specs import parse_served
+from evalsuite.served.vllm.specs import parse_served
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def test_artifact_is_compressed_tensors(artifacts: dict, base_folder: str, schem
                                         bits: int) -> None:
     from transformers import AutoTokenizer
 
-    from evalsuite.served.sizes import served_weight_bytes
+    from evalsuite.served.vllm.sizes import served_weight_bytes
     from evalsuite.variants.artifact import pairing_problem
 
     folder = artifacts[scheme]

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.served.specs import parse_served, served_variants
+from evalsuite.served.vllm.specs import parse_served, served_variants
 
 
 def _folder(tmp_path: Path) -> str:

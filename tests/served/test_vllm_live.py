@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.scale.endpoint import EndpointClient, EndpointSpec
-from evalsuite.served import kld as skld
+from evalsuite.served.endpoint import EndpointClient, EndpointSpec
+from evalsuite.served.vllm import kld as skld
 
 pytestmark = pytest.mark.vllm
 
@@ -26,7 +26,7 @@ def _client(server) -> EndpointClient:
 
 
 def test_tokenizers_pair(vllm_servers: dict, tokenizer) -> None:
-    from evalsuite.scale.served_pairing import served_mismatch
+    from evalsuite.served.pairing import served_mismatch
 
     for server in vllm_servers["servers"].values():
         assert server.alive() and server.started_s > 0
@@ -63,10 +63,10 @@ def test_fp8_kv_kld_reads_the_quantized_cache(vllm_servers: dict, tokenizer) -> 
 
 def test_run_gates_fp8_kv(vllm_servers: dict, tmp_path: Path) -> None:
     """A whole run on the session's servers: both sides served, KLD per row, flags and version in the meta."""
-    from evalsuite.run.config import RunConfig
+    from evalsuite.core.config import RunConfig
     from evalsuite.run.pipeline import execute
-    from evalsuite.run.store import Store
-    from evalsuite.served.backend import VllmBackend
+    from evalsuite.core.store import Store
+    from evalsuite.served.vllm.backend import VllmBackend
 
     run_dir = tmp_path / "run"
     config = RunConfig(variants=["bf16", "vkvf8"], tasks=["reasoning"], limit=3, batch_size=4)
@@ -86,7 +86,7 @@ def test_run_gates_fp8_kv(vllm_servers: dict, tmp_path: Path) -> None:
 
 
 def test_failed_start_is_one_line(vllm_servers: dict, base_folder: str, tmp_path: Path) -> None:
-    from evalsuite.served.server import VllmServer
+    from evalsuite.served.vllm.server import VllmServer
 
     server = VllmServer(vllm_servers["python"], base_folder, ("--kv-cache-dtype", "int3"), tmp_path / "bad.log",
                         name="bad")

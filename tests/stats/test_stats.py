@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.run.records import KLDResult, SampleResult
+from evalsuite.core.records import KLDResult, SampleResult
 from evalsuite.stats.compare import NOISE_FLOOR, SliceFilter, compare, noise_floor
 from evalsuite.stats.paired import kld_aggregate, mcnemar_exact, paired_bootstrap_ci, wilson_ci
 

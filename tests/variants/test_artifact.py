@@ -75,7 +75,7 @@ def test_bytes_and_fingerprint_come_from_the_artifact(tiny, art):
 
 
 def test_other_tokenizer_or_chat_template_is_refused(tiny, tmp_path):
-    from evalsuite.run.inprocess import InProcessBackend
+    from evalsuite.engine.inprocess import InProcessBackend
 
     tmpl = _save(tiny.model, tiny.tokenizer, tmp_path / "tmpl", template="{{ messages[0]['content'] }}")
     vocab = _save(tiny.model, tiny.tokenizer, tmp_path / "vocab", extra_token="<zzz-extra>")

@@ -1,0 +1,59 @@
+"""What a run is asked to do (stored in the run's store so ``--resume`` can continue it exactly)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+BASELINE = "bf16"
+#: The 2x2 grid {BF16, int4 weights} x {BF16, int4 KV cache}.
+DEFAULT_VARIANTS = ("bf16", "w4g64", "kv4g32", "w4g64+kv4g32")
+#: Cheapest first (baseline per sample on the embedded model, fp32, batch 32: reasoning ~0.4 s, code ~1.3-1.8,
+#: json ~1.5-2.3, needle ~4.6):
+#: a sequential run under a budget goes task by task, so the cheap tasks decide (or FAIL a variant) first.
+DEFAULT_TASKS = ("reasoning", "code", "json", "needle")
+
+
+@dataclass
+class RunConfig:
+    """A run: one model, the baseline plus variants, tasks with parameters, a seed."""
+
+    model: str = "default"
+    dtype: str = "auto"  # bf16 weights computed in the faster of bf16 / fp32 here (evalsuite.models.dtype)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N (evalsuite.models.device); stored configs without it: cpu
+    variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
+    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
+    task_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seed: int = 1234
+    limit: int | None = None
+    #: sequential rounds (with ``budget_s``, or this alone): a safety cap of samples per task (None with a budget:
+    #: each stream's size, or 1000); after each round the gate decides which (variant, task) still need more
+    max_samples: int | None = None
+    round_size: int = 16
+    budget_s: float | None = None  # wall-clock budget of a sequential run (no new round once spent)
+    batch_size: int = 16
+    max_batch_tokens: int = 24576
+    kld: bool = True
+    noise_floor: bool = False
+    baselines_dir: str | None = None  # stored baselines to reuse (None = don't)
+    #: weight-only variants: "dequantized" (quanto's quantized values unpacked once: the quality run, ~2x faster
+    #: decode on CPU) or "quanto" (its packed modules and kernels, as deployed: for speed figures)
+    weight_kernels: str = "dequantized"
+    #: KV-cache-only variants start from the baseline's prompt K/V (faster on long prompts; answers then depend on
+    #: the baseline's batching, so off by default: evalsuite.engine.snapshots)
+    reuse_prompt_kv: bool = False
+    #: a variant that computes exactly what the baseline computes (bit-identical weights and an unquantized cache,
+    #: e.g. w4g32 of a Q4_1 model) takes the baseline's answers instead of generating them again
+    reuse_identical: bool = True
+    #: greedy variants are verified against the baseline's answer ids and decode only after a divergence
+    #: (run.verify); off: every variant generates every answer
+    verify: bool = True
+    #: the fraction of verified samples regenerated in full to check the verification (seeded per sample)
+    verify_audit: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        """A stored config; one stored before ``device`` existed ran on the CPU, so it resumes there."""
+        return cls(**{"device": "cpu", **d})

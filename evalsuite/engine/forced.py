@@ -1,0 +1,126 @@
+"""A teacher-forced pass over prompt + a given answer that gives each token exactly the K/V mix decoding gives it.
+
+The one "answer log-probs after a prefill" pass of the in-process engine: verification, and KLD with ``--verify
+on``, read their logits from it.
+
+* The prompt is prefilled exactly as the decoder prefills it (``engine.prefill``: shared prefix, exact transfer
+  into exact-prefill caches, or the prompt through a quantized-prefill cache), or its K/V come from a snapshot of
+  the same weights' prefill.
+* The answer follows in chunks. An unquantized cache takes it in one chunk. evalsuite's quantized cache flushes a
+  row's ``(k+1)F``-th token's block at the update that appends it (``kvcache.layer``), so decoding gives tokens of a
+  block full-precision K/V of their block-mates, and the block's last token (the flush step) quantized ones. A chunk
+  therefore ends just before a row's ``(k+1)F``-th token, which is fed alone; rows whose chunk is shorter than the
+  batch's widest are padded with masked holes (the cache counts only real tokens). So every token reads exactly
+  what the decoder's step would have read; only float rounding differs (batched vs one-token matmuls).
+* Only the last hidden state of each answer position goes through ``lm_head`` (no vocabulary-sized work on prompt
+  or padding positions); the caller turns them into logits row by row (``Forced.logits``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from evalsuite.kvcache import QuantKVCache, track_mask
+from evalsuite.kvcache.layer import QuantKVLayer
+from evalsuite.engine.decoder import Prefix, fill_cache, prefill
+
+PromptKV = tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor, torch.Tensor]  # (K/V), last, mask
+
+
+@dataclass
+class Forced:
+    """What a pass leaves: the cache after it, its 2-D mask, each row's prompt length and answer hidden states."""
+
+    model: Any
+    cache: Any
+    mask: torch.Tensor  # [batch, columns]: 1 where a real token sits
+    prompt_len: list[int]  # real prompt tokens per row
+    last: torch.Tensor  # [batch, vocab] logits after the prompt (predicting answer token 0)
+    hidden: list[torch.Tensor]  # per row [fed, hidden]: after answer token j (predicting token j + 1)
+
+    def logits(self, row: int) -> torch.Tensor:
+        """[fed + 1, vocab] logits in the model's dtype: position k predicts answer token k."""
+        h, first = self.hidden[row], self.last[row:row + 1]
+        if not len(h):
+            return first
+        tail = output_logits(self.model, h)
+        return torch.cat([first.to(tail.dtype), tail], dim=0)
+
+    def row_kv(self, row: int, tokens: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """Full-precision K/V [heads, tokens, dim] per layer of ``row``'s first ``tokens`` real tokens."""
+        cols = self.mask[row].nonzero().flatten()[:tokens]
+        out = []
+        for layer in self.cache.layers:
+            if isinstance(layer, QuantKVLayer):
+                out.append(layer.exact_rows(row, tokens))
+            else:
+                out.append((layer.keys[row][:, cols], layer.values[row][:, cols]))
+        return tuple(out)
+
+
+def output_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """``lm_head`` (and the model's final logit soft-capping, if any) over some positions' last hidden states."""
+    logits = model.get_output_embeddings()(hidden)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return cap * torch.tanh(logits / cap) if cap else logits
+
+
+def segment_block(cache: Any) -> int | None:
+    """The token count a chunk must not cross (the gcd of the quantized layers' flush blocks), None for caches
+    that never re-quantize what they hold (a chunk of any length is exact there)."""
+    if isinstance(cache, QuantKVCache):
+        sizes = cache.flush_sizes()
+        return math.gcd(*sizes) if sizes else None
+    return None
+
+
+def chunk_len(count: int, left: int, block: int | None) -> int:
+    """How many answer tokens a row holding ``count`` tokens feeds in its next chunk (``left`` still to feed)."""
+    if block is None or left == 0:
+        return left
+    if (count + 1) % block == 0:
+        return 1  # this token completes a block: its step flushes, so it goes alone
+    return min(left, block - 1 - count % block)
+
+
+@torch.no_grad()
+def forced_pass(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, cache: Any, pad_id: int,
+                answers: Sequence[Sequence[int]], snapshot: PromptKV | None = None) -> Forced:
+    """Prefill ``rows`` (prompts without ``prefix``), or take their K/V from ``snapshot``, then feed each row's
+    ``answers`` tokens through ``cache`` (None: a DynamicCache), chunked as decoding would flush them."""
+    if snapshot is not None:
+        layers, last, mask = snapshot
+        cache = fill_cache(layers, cache, model.config, mask=mask)
+    else:
+        cache, last, mask = prefill(model, rows, prefix, cache, pad_id)
+    dev = mask.device
+    counts = [int(c) for c in mask.sum(-1)]
+    prompt_len = list(counts)
+    fed = [0] * len(answers)
+    hidden: list[list[torch.Tensor]] = [[] for _ in answers]
+    block = segment_block(cache)
+    body = model.get_decoder()
+    while any(f < len(a) for f, a in zip(fed, answers)):
+        take = [chunk_len(c, len(a) - f, block) for c, f, a in zip(counts, fed, answers)]
+        width = max(take)
+        ids = torch.full((len(answers), width), pad_id, dtype=torch.long)
+        seg = torch.zeros(len(answers), width, dtype=mask.dtype)
+        pos = torch.zeros(len(answers), width, dtype=torch.long)
+        for r, (a, f, m) in enumerate(zip(answers, fed, take)):
+            ids[r, :m] = torch.tensor(a[f:f + m], dtype=torch.long)
+            seg[r, :m] = 1
+            pos[r] = counts[r] + torch.arange(width).clamp(max=max(m - 1, 0))
+        mask = torch.cat([mask, seg.to(dev)], dim=1)
+        track_mask(cache, mask)
+        out = body(input_ids=ids.to(dev), attention_mask=mask, position_ids=pos.to(dev), cache=cache,
+                   use_cache=True).last_hidden_state
+        for r, m in enumerate(take):
+            if m:
+                hidden[r].append(out[r, :m])
+            counts[r] += m
+            fed[r] += m
+    hs = [torch.cat(h) if h else last.new_zeros(0, 0) for h in hidden]
+    return Forced(model=model, cache=cache, mask=mask, prompt_len=prompt_len, last=last, hidden=hs)

@@ -1,0 +1,308 @@
+"""The in-process backend: the baseline loaded in this process, each variant built from it once.
+
+Generation runs through evalsuite's batched decoder (``run.generate`` / ``run.engine``: length-sorted batches, a
+task's shared prompt prefix encoded once, finished rows leave the batch); a task asking for ``n > 1`` generations
+(pass@k) gets them as extra rows of the same batches, each row sampled from its own seed (``scoring.row_seed``) so
+the answers do not depend on how samples were batched. KLD is teacher-forced on the baseline's answers
+(``run.kld``), the baseline's log-probs computed once per batch and kept for the next variant.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from evalsuite.models.loader import LoadedModel
+from evalsuite.run.backend import ModelIdentity
+from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills, plain_dynamic, plan_batches
+from evalsuite.engine.generate import Generation, cut_at_stop, encode_prompts, iter_generate, shared_prefix_len, stop_ids
+from evalsuite.engine.kld import BaselineLogprobCache, baseline_answer_logprobs, teacher_forced_kld
+from evalsuite.run.prepare import PreparedTask, prepare_variants
+from evalsuite.run.prompts import render_prompt
+from evalsuite.core.records import KLDResult, Reference, SampleResult, VariantInfo
+from evalsuite.run.scoring import row_seed, score_sample
+from evalsuite.engine.snapshots import PromptSnapshots
+from evalsuite.engine.speed import SpeedProbe
+from evalsuite.engine.verify import Side, Verified, baseline_logprobs, verify_batch
+from evalsuite.variants.build import BuiltVariant, build_variant
+from evalsuite.tasks.base import Sample, TaskContext
+from evalsuite.variants.spec import VariantSpec
+
+KLD_METHOD = "teacher-forced on the baseline's answer tokens (full vocabulary, in-process)"
+#: KLD rows measured by the verification pass (the baseline's generated ids, chunked as decoding flushes)
+VERIFY_KLD = "verify-pass"
+
+
+@dataclass
+class InProcessBackend:
+    """``loader`` returns the baseline (``load_model(name, dtype)``, or a model built in memory by a test)."""
+
+    loader: Callable[[], LoadedModel]
+    seed: int = 1234
+    max_batch_tokens: int = 24576
+    max_built: int | None = None  # keep at most this many built variants (a Ray worker keeps one)
+    kernels: str = "dequantized"  # weight-only variants: quanto's values unpacked once (variants.build.KERNELS)
+    #: a variant's own prompt K/V kept from its generation for its KLD pass (``run.snapshots``; 0 = off)
+    snapshot_bytes: int = 2 << 30
+    #: KV-cache-only variants start generating from the baseline's prompt K/V (off by default: their answers then
+    #: depend on the baseline's batching, see ``run.snapshots``)
+    reuse_base_prompts: bool = False
+    kld_method: str = KLD_METHOD
+    base: LoadedModel | None = None
+    _built: dict[str, BuiltVariant] = field(default_factory=dict)
+    _tokenizer: Any = None
+    _prompts: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
+    _prefix: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (samples seen, prefix tokens)
+    _base_lp: BaselineLogprobCache = field(default_factory=BaselineLogprobCache)
+    snapshots: PromptSnapshots = field(default_factory=lambda: PromptSnapshots(0))
+    base_prompts: PromptSnapshots = field(default_factory=lambda: PromptSnapshots(2 << 30, evict=True))
+    speed_probe: SpeedProbe = field(default_factory=SpeedProbe)  # TTFT / ITL of every variant on fixed prompts
+
+    @classmethod
+    def of(cls, base: LoadedModel, **kw: Any) -> "InProcessBackend":
+        """A backend over an already loaded model."""
+        return cls(loader=lambda: base, base=base, **kw)
+
+    def variants(self, requested: Sequence[Any]) -> list[VariantSpec]:
+        """Parsed specs; an artifact whose tokenizer or chat template differs is refused here (tokenizers only)."""
+        from evalsuite.variants.artifact import check_pairing
+
+        specs = prepare_variants(list(requested))
+        for spec in specs:
+            if spec.artifact is not None:
+                check_pairing(self.tokenizer_only(), spec.artifact, spec.name)
+        return specs
+
+    def load(self) -> ModelIdentity:
+        if self.base is None:
+            self.base = self.loader()
+        b = self.base
+        return ModelIdentity(name=b.name, fingerprint=b.fingerprint, dtype=b.dtype, source=b.source, meta=b.meta)
+
+    def settings(self) -> dict[str, Any]:
+        return {"backend": "in-process", "compute_dtype": self.loaded.dtype,
+                "device": self.loaded.meta.get("device", "cpu"), "max_batch_tokens": self.max_batch_tokens,
+                "weight_kernels": self.kernels}
+
+    @property
+    def loaded(self) -> LoadedModel:
+        if self.base is None:
+            self.load()
+        assert self.base is not None
+        return self.base
+
+    def built(self, spec: VariantSpec) -> BuiltVariant:
+        """The variant built from the baseline, once (kept until ``release``)."""
+        if spec.name not in self._built:
+            while self.max_built is not None and len(self._built) >= self.max_built:
+                self._built.pop(next(iter(self._built)))
+            self._built[spec.name] = build_variant(self.loaded, spec, kernels=self.kernels)
+        return self._built[spec.name]
+
+    def release(self, variant: VariantSpec) -> None:
+        self._built.pop(variant.name, None)
+        self.snapshots.clear()
+
+    def close(self) -> None:
+        self._built.clear()
+        self.snapshots.clear()
+        self.base_prompts.clear()
+
+    def task_context(self) -> TaskContext:
+        """The model's own token counts (chat template included) and window; loaded only when a task asks."""
+        return TaskContext(count_tokens=self._count_tokens, max_positions=self._max_positions,
+                           model_name=getattr(self.loader, "name", None) or "the model")
+
+    def tokenizer_only(self) -> Any:
+        """The baseline's tokenizer, without loading the model when the loader can give it alone."""
+        if self.base is not None:
+            return self.base.tokenizer
+        if self._tokenizer is None:
+            self._tokenizer = self.loader.tokenizer() if hasattr(self.loader, "tokenizer") else self.loaded.tokenizer
+        return self._tokenizer
+
+    def _count_tokens(self, sample: Sample) -> int:
+        tok = self.tokenizer_only()
+        text, special = render_prompt(sample, tok)
+        return len(tok(text, add_special_tokens=special)["input_ids"])
+
+    def _max_positions(self) -> int | None:
+        if self.base is not None:
+            return self.base.meta.get("max_positions")
+        return self.loader.max_positions() if hasattr(self.loader, "max_positions") else None
+
+    def prompts(self, task: PreparedTask) -> list[tuple[str, bool]]:
+        """Rendered prompts (text, add_special_tokens) of every sample of ``task``."""
+        if task.name not in self._prompts or len(self._prompts[task.name]) != len(task.samples):
+            self._prompts[task.name] = [render_prompt(s, self.loaded.tokenizer) for s in task.samples]
+        return self._prompts[task.name]
+
+    def prefix_len(self, task: PreparedTask) -> int:
+        """Tokens all of the task's prompts share (so a resumed or sharded subset computes what a full run does).
+        Recomputed when a sequential round added samples: a new prompt may share less than the first ones did."""
+        seen, p = self._prefix.get(task.name, (0, 0))
+        if seen != len(task.samples):
+            p = shared_prefix_len(self.loaded.tokenizer, self.prompts(task))
+            self._prefix[task.name] = (len(task.samples), p)
+        return p
+
+    def generate(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
+                 batch_size: int) -> Iterator[list[SampleResult]]:
+        built, prompts, n = self.built(variant), self.prompts(task), max(1, task.gen.n)
+        rows = [i for i in indices for _ in range(n)]  # n generations of a sample are consecutive rows
+        seeds = [row_seed(self.seed, task.samples[i].id, r % n) for r, i in enumerate(rows)]
+        batches = iter_generate(built.model, built.tokenizer, [prompts[i] for i in rows], task.gen,
+                                built.make_cache, max_batch=batch_size * n, max_tokens=self.max_batch_tokens,
+                                seed=self.seed, prefix_len=self.prefix_len(task), row_seeds=seeds,
+                                group=n)
+        with observe_prefills(*self.prefill_hooks(variant, name, built)):
+            for idx, gens in batches:
+                by_sample: dict[int, list[Any]] = {}
+                for r, g in zip(idx, gens):
+                    by_sample.setdefault(rows[r], []).append(g)
+                yield [score_sample(task, i, gs, name, prompts[i][0]) for i, gs in by_sample.items()]
+
+    def prefill_hooks(self, variant: VariantSpec, name: str, built: BuiltVariant) -> tuple[Any, Any]:
+        """(observer, provider) of this generation's prefills (``run.snapshots``): a weight-only variant keeps its
+        prompts' K/V for its KLD pass; the baseline keeps its prompts' K/V for the baseline side of every KLD pass
+        (and, with ``reuse_base_prompts``, the KV-cache-only variants start from them). The noise floor (the
+        baseline under another name) recomputes."""
+        self.snapshots = PromptSnapshots(self.snapshot_bytes, owner=name)  # the previous generation's are dropped
+        if built.model is not self.loaded.model:
+            return (self.snapshots.observe if self.snapshot_bytes and variant.kv is None else None), None
+        if name != variant.name:
+            return None, None
+        if variant.is_baseline:
+            return (self.base_prompts.observe if self.snapshot_bytes else None), None
+        return None, (self.base_prompts.provide(self.loaded.model.config) if self.reuse_base_prompts else None)
+
+    def kld(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
+            answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
+        built, prompts = self.built(variant), self.prompts(task)
+        prompt_ids = [tuple(x) for x in encode_prompts(self.loaded.tokenizer, [prompts[i] for i in indices])]
+        order = kld_order(self.loaded.tokenizer, [len(x) for x in prompt_ids], answers)
+        for start in range(0, len(indices), batch_size):
+            chunk = [indices[j] for j in order[start:start + batch_size]]
+            texts = [answers[j] for j in order[start:start + batch_size]]
+            keys = [prompt_ids[j] for j in order[start:start + batch_size]]
+            ids = [task.samples[i].id for i in chunk]
+            snap = self.snapshots.take(keys) if self.snapshots.owner == name else None
+            base_snap = self.base_prompts.take(keys, keep=True)
+            res = teacher_forced_kld(self.loaded.model, built.model, self.loaded.tokenizer,
+                                     [prompts[i] for i in chunk], texts,
+                                     built.make_cache, self._base_lp, (task.name, tuple(ids)),
+                                     prefix_len=self.prefix_len(task), var_snapshot=snap, base_snapshot=base_snap)
+            yield [KLDResult(name, task.name, sid, tuple(k), a, n) for sid, (k, a, n) in zip(ids, res)]
+
+    def verifies(self, variant: VariantSpec) -> str:
+        """"" when ``variant``'s greedy answers can be verified against the baseline's (``run.verify``), else why
+        they are regenerated instead."""
+        built = self.built(variant)
+        if not plain_dynamic(built.model):
+            return "the model has sliding-window or linear-attention layers (a row's cache cannot be rebuilt)"
+        cache = built.make_cache()
+        if cache is not None and not hasattr(cache, "track"):
+            return ("transformers' QuantizedCache groups batch columns and re-quantizes its residual: no pass "
+                    "matches its decoding")
+        return ""
+
+    def verify(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
+               refs: Sequence[Reference], outputs: Sequence[str], batch_size: int
+               ) -> Iterator[list[tuple[SampleResult, KLDResult, Verified]]]:
+        """Verified (or diverged-then-decoded) answers of ``variant`` to ``indices`` with their KLD, a batch at a
+        time, in length-sorted batches within the token budget; ``refs`` / ``outputs``: the baseline's ids and
+        texts."""
+        built, prompts, tok = self.built(variant), self.prompts(task), self.loaded.tokenizer
+        keys = [tuple(x) for x in encode_prompts(tok, [prompts[i] for i in indices])]
+        p = self.prefix_len(task)
+        # length-sorted batches of at most batch_size rows and max_batch_tokens padded (prompt + answer) tokens
+        for js in plan_batches([len(k) + len(r.ids) for k, r in zip(keys, refs)], batch_size,
+                               self.max_batch_tokens):
+            out = self._verify_batch(built, task, [keys[j] for j in js], [refs[j] for j in js], p,
+                                     [task.samples[indices[j]].id for j in js])
+            yield [self._verified_row(task, indices[j], name, outputs[j], v) for j, v in zip(js, out)]
+
+    def _verify_batch(self, built: BuiltVariant, task: PreparedTask, keys: list[tuple[int, ...]],
+                      refs: list[Reference], p: int, ids: list[str]) -> list[Verified]:
+        base_model, tok = self.loaded.model, self.loaded.tokenizer
+        rows, head = [list(k[p:]) for k in keys], list(keys[0][:p])
+        snap = self.base_prompts.take(keys, keep=True)  # the baseline's prompt K/V from its generation
+        base = Side(base_model, lambda keep: None, encode_prefix(base_model, head) if snap is None else None, snap)
+        with observe_prefills(self.base_prompts.observe if self.snapshot_bytes else None):  # a reused baseline
+            base_lp = self._base_lp.get_rows((task.name, "verify", tuple(ids)),  # keeps them from this prefill
+                                             lambda: baseline_logprobs(base, rows, refs, tok.pad_token_id))
+        snap = snap or self.base_prompts.take(keys, keep=True)
+        if snap is not None and built.model is base_model and exact_prefill(built.make_cache()):
+            var = Side(built.model, built.make_cache, None, snap)  # same weights, exact prefill: same prompt K/V
+        else:
+            var = Side(built.model, built.make_cache, encode_prefix(built.model, head, built.make_cache()))
+        return verify_batch(var, tok, rows, refs, base_lp, task.gen, stop_ids(tok))
+
+    def _verified_row(self, task: PreparedTask, index: int, name: str, base_output: str, v: Verified
+                      ) -> tuple[SampleResult, KLDResult, Verified]:
+        tok = self.loaded.tokenizer
+        text = base_output if v.decode == "verified" else cut_at_stop(
+            tok.decode(v.ids, skip_special_tokens=True), task.gen.stop).rstrip()
+        gen = Generation(text=text, n_tokens=len(v.ids), prompt_tokens=0, ttft_s=None, itl_s=None,
+                         ids=tuple(v.ids), stop=v.stop, decode=v.decode)
+        row = score_sample(task, index, [gen], name, self.prompts(task)[index][0])
+        kl, agree, n = v.kld
+        return row, KLDResult(name, task.name, row.sample_id, tuple(kl), agree, n, VERIFY_KLD), v
+
+    def baseline_logprobs(self, task: PreparedTask, indices: Sequence[int], answers: Sequence[str]) -> Any:
+        """(log-probs [batch, answer_len, vocab], answer ids) of the baseline teacher-forced on ``answers``, cached
+        as ``kld`` caches them (a served variant's KLD compares against these)."""
+        ids = tuple(task.samples[i].id for i in indices)
+        prompts = [self.prompts(task)[i] for i in indices]
+        return baseline_answer_logprobs(self.loaded.model, self.loaded.tokenizer, prompts, list(answers),
+                                        self._base_lp, (task.name, ids), prefix_len=self.prefix_len(task))
+
+    def same_as_baseline(self, variant: VariantSpec) -> bool:
+        return self.built(variant).same_as_base
+
+    def info(self, variant: VariantSpec, name: str) -> VariantInfo:
+        from evalsuite.kvcache import kv_bytes_per_token
+
+        built = self.built(variant)
+        ttft, itl = self.speed_probe.measure(built.model, built.tokenizer, built.make_cache)
+        return VariantInfo(variant=name, spec=variant.to_dict(), weight_bytes=built.weights.measured,
+                           ttft_s=ttft, itl_s=itl, speed_probe=self.speed_probe.to_dict(),
+                           weight_formula_bytes=built.weights.formula,
+                           kv_bytes_per_token=measure_kv_bytes_per_token(built),
+                           kv_formula_bytes_per_token=kv_bytes_per_token(variant.kv, built.model.config,
+                                                                          built.float_bytes),
+                           fingerprint=built.fingerprint, source=built.source,
+                           kernels=built.kernels if variant.weights.fmt != "none" else None)
+
+
+def kld_order(tokenizer: Any, prompt_lens: Sequence[int], answers: Sequence[str]) -> list[int]:
+    """Positions of a KLD pass's samples sorted by (answer tokens, prompt tokens): a batch pads every answer to its
+    longest and every prompt to its longest, so similar lengths together waste little (code answers run from a few
+    tokens to 256). The order is a function of the samples alone, so every variant sees the same batches (the
+    baseline's log-probs are cached per batch)."""
+    ans = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
+    return sorted(range(len(answers)), key=lambda j: (ans[j], prompt_lens[j], j))
+
+
+def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> float:
+    """Bytes the variant's cache actually holds per token after a ``tokens``-long prefill + one decode step.
+
+    The cache is filled through ``update`` with K/V of the model's shapes in the weights' dtype (what a forward
+    would write when deployed; the byte count does not depend on the values), so no model forward is spent on it.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    from evalsuite.kvcache import cache_nbytes, model_dims
+
+    cfg = variant.model.config
+    cache = variant.make_cache() or DynamicCache(config=cfg)
+    layers, heads, dim = model_dims(cfg)
+    param = next(variant.model.parameters())
+    dtype = {2: torch.bfloat16, 4: torch.float32}.get(variant.float_bytes, param.dtype)
+    gen = torch.Generator().manual_seed(0)  # drawn on the CPU, then moved: the same values on every device
+    for n in (tokens, 1):
+        for i in range(layers):
+            k, v = (torch.randn(1, heads, n, dim, generator=gen).to(device=param.device, dtype=dtype)
+                    for _ in range(2))
+            cache.update(k, v, i)
+    return cache_nbytes(cache) / (tokens + 1)

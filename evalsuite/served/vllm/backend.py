@@ -1,0 +1,208 @@
+"""``--engine vllm``: the baseline and every variant served by vLLM servers that evalsuite starts and stops.
+
+The same engine serves both sides of every pair (cross-engine numerics alone flip answers: docs/vllm.md). Prompts
+are rendered by the baseline's tokenizer (its chat template) in this process and sent raw to ``/completions``, so
+every server sees the same text; each server's tokenizer is checked against the baseline's first
+(``scale.served_pairing``). Generation reuses the endpoint client (``scale.endpoint``: bounded thread pool,
+retries) and stores each sample as it arrives, so a server that dies mid-run leaves a resumable run. KLD is
+teacher-forced on the baseline's answer ids through ``prompt_logprobs`` on both servers (``served.kld``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from evalsuite.run.backend import ModelIdentity
+from evalsuite.run.prepare import PreparedTask
+from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.served.endpoint import EndpointClient, EndpointPool, EndpointSpec
+from evalsuite.served.logprob_log import LogprobLog, generate_logged
+from evalsuite.served.pairing import check_served_pairing
+from evalsuite.served.vllm import kld as skld
+from evalsuite.served.vllm.server import VllmServer, vllm_python, vllm_version
+from evalsuite.served.vllm.sizes import kv_bytes_per_token, served_weight_bytes
+from evalsuite.served.vllm.specs import ServedVariant, served_variants
+from evalsuite.tasks.base import TaskContext
+
+
+@dataclass
+class VllmBackend:
+    """Backend over vLLM servers it owns: one for the baseline, one per variant (``load`` starts them all)."""
+
+    model: str  # evalsuite's --model (``default`` = the embedded model's converted folder)
+    workdir: Path
+    seed: int = 1234
+    python: str | None = None  # --vllm-python (else $EVALSUITE_VLLM_PYTHON, else make vllm's venv)
+    concurrency: int = 4
+    kld_enabled: bool = True
+    startup_timeout_s: float = 900.0
+    kld_method: str = skld.METHOD_TEXT
+    #: servers started by the caller (name -> VllmServer, e.g. a test session's): used, never stopped here
+    external: dict[str, VllmServer] = field(default_factory=dict)
+    _specs: list[ServedVariant] = field(default_factory=list)
+    _servers: dict[str, VllmServer] = field(default_factory=dict)
+    _clients: dict[str, EndpointClient] = field(default_factory=dict)
+    _local: Any = None  # a tokenizer-only InProcessBackend (prompts, token counts)
+    _version: str = ""
+    _device: str = ""
+    _urls: dict[str, VllmServer] = field(default_factory=dict)  # every server in use (started or external)
+    _rendered: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
+
+    def variants(self, requested: Sequence[Any]) -> list[ServedVariant]:
+        """Parse every spec (what vLLM cannot serve is refused here) and find vLLM; nothing starts yet."""
+        from evalsuite.models.loader import ModelFactory, resolve_source
+        from evalsuite.engine.inprocess import InProcessBackend
+
+        base = Path(resolve_source(self.model))
+        if not (base / "config.json").is_file():
+            from evalsuite.errors import EvalsuiteError
+
+            raise EvalsuiteError(f"--engine vllm serves a model folder; {self.model!r} is not one")
+        self._specs = served_variants(requested, str(base))
+        self.python = vllm_python(self.python)
+        self._local = InProcessBackend(loader=ModelFactory(str(base), "auto", "cpu"), seed=self.seed)
+        return self._specs
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._local.tokenizer_only()
+
+    def load(self) -> ModelIdentity:
+        """Start every server (baseline first), check each tokenizer against the baseline's, key the run."""
+        from evalsuite.variants.artifact import artifact_fingerprint
+
+        if not self._specs:
+            self.variants([])
+        if not self._version:
+            self._version, self._device = vllm_version(self.python)
+        todo = [s for s in self._specs if s.name not in self._urls]
+        servers = [self._server(s) for s in todo]  # spawned together: they warm up side by side
+        for spec, server in zip(todo, servers):
+            self._connect(spec, server.ready(self.startup_timeout_s))
+        base = self._specs[0]
+        fp = hashlib.sha256(f"vllm|{artifact_fingerprint(base.model)}".encode()).hexdigest()[:16]
+        self._write_facts()
+        return ModelIdentity(name=self.model, fingerprint="vllm:" + fp, dtype="bfloat16", source=base.model,
+                             meta={"engine": "vllm", "vllm_version": self._version, "device": self._device})
+
+    def _server(self, spec: ServedVariant) -> VllmServer:
+        """A caller's live server with the same model and flags, else a newly spawned one (owned here)."""
+        ext = self.external.get(spec.name)
+        if ext is not None and ext.alive() and ext.model == spec.model and tuple(ext.flags) == spec.flags:
+            return ext
+        server = VllmServer(self.python, spec.model, spec.flags, Path(self.workdir) / "servers" / f"{spec.name}.log",
+                            name=spec.name)
+        self._servers[spec.name] = server.spawn()
+        return server
+
+    def _connect(self, spec: ServedVariant, server: VllmServer) -> None:
+        """Probe a healthy server and check its tokenizer against the baseline's."""
+        self._urls[spec.name] = server
+        client = EndpointClient(EndpointSpec(server.url, spec.name))
+        client.probe()
+        check_served_pairing(self.tokenizer, client, spec.name)
+        self._clients[spec.name] = client
+
+    def _write_facts(self) -> None:
+        """``<run>/served.json``: every server's command, flags, start-up time and log (reproduce the run)."""
+        path = Path(self.workdir) / "served.json"
+        old = json.loads(path.read_text()) if path.exists() else {}
+        servers = {**old.get("servers", {}), **{n: s.facts() for n, s in self._urls.items()}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**old, "engine": "vllm", "vllm_version": self._version, "device": self._device,
+                                    "python": self.python, "servers": servers}, indent=1))
+
+    def settings(self) -> dict[str, Any]:
+        """Everything that changes outputs: engine, version, device, each server's flags and KV scheme."""
+        return {"backend": "vllm", "compute_dtype": "bfloat16", "vllm_version": self._version,
+                "device": self._device,
+                "servers": {s.name: {"model": s.model, "flags": list(s.flags), "kv_scheme": s.kv_scheme}
+                            for s in self._specs}}
+
+    def task_context(self) -> TaskContext:
+        return self._local.task_context()
+
+    def _raw_samples(self, task: PreparedTask, indices: Sequence[int]) -> tuple[list[Any], list[str]]:
+        prompts = self._prompts(task)
+        raw = [dataclasses.replace(task.samples[i], messages=None, prompt=prompts[i][0]) for i in indices]
+        return raw, [prompts[i][0] for i in indices]
+
+    def _prompts(self, task: PreparedTask) -> list[tuple[str, bool]]:
+        """Every sample of ``task`` rendered by the baseline's tokenizer (cached per task)."""
+        from evalsuite.run.prompts import render_prompt
+
+        cached = self._rendered.get(task.name)
+        if cached is None or len(cached) != len(task.samples):
+            cached = self._rendered[task.name] = [render_prompt(s, self.tokenizer) for s in task.samples]
+        return cached
+
+    def generate(self, variant: ServedVariant, name: str, task: PreparedTask, indices: Sequence[int],
+                 batch_size: int) -> Iterator[list[SampleResult]]:
+        raw, texts = self._raw_samples(task, indices)
+        pool = EndpointPool(self._clients[variant.name], self.concurrency, 0)
+        yield from generate_logged(pool, LogprobLog(self.workdir), self.seed, name, task, indices, raw, texts)
+
+    def kld(self, variant: ServedVariant, name: str, task: PreparedTask, indices: Sequence[int],
+            answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
+        """Both servers teacher-forced on the baseline's answer ids; the method is stored per row."""
+        if not self.kld_enabled:
+            return
+        prompts = self._prompts(task)
+        tok, base, var = self.tokenizer, self._clients[self._specs[0].name], self._clients[variant.name]
+
+        def one(j: int) -> KLDResult:
+            i = indices[j]
+            text, special = prompts[i]
+            p_ids = tok(text, add_special_tokens=special)["input_ids"]
+            a_ids = tok(answers[j] or tok.eos_token, add_special_tokens=False)["input_ids"]
+            method, k = skld.method_for(len(p_ids) + len(a_ids), len(tok))
+            lp_b = skld.prompt_logprobs(base, p_ids + a_ids, k)
+            lp_v = skld.prompt_logprobs(var, p_ids + a_ids, k)
+            kls, agree, n = skld.answer_kld(lp_b, lp_v, a_ids, method == skld.FULL)
+            return KLDResult(name, task.name, task.samples[i].id, tuple(kls), agree, n, method)
+
+        for start in range(0, len(indices), batch_size):
+            with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"vkld-{name}") as ex:
+                yield list(ex.map(one, range(start, min(start + batch_size, len(indices)))))
+
+    def same_as_baseline(self, variant: ServedVariant) -> bool:
+        """Same model folder and no extra flags: the same server configuration as the baseline."""
+        base = self._specs[0]
+        return variant.model == base.model and tuple(variant.flags) == tuple(base.flags)
+
+    def verifies(self, variant: ServedVariant) -> str:
+        return ("served variants generate every answer (vLLM's API cannot check a greedy answer against given "
+                "ids without decoding it)")
+
+    def verify(self, *args: Any, **kwargs: Any) -> Iterator[list[Any]]:
+        raise NotImplementedError("served variants are not verified (see verifies)")
+
+    def info(self, variant: ServedVariant, name: str) -> VariantInfo:
+        exact, formula = served_weight_bytes(variant)
+        kv = kv_bytes_per_token(variant)
+        server = self._urls.get(variant.name)
+        return VariantInfo(variant=name, spec=variant.to_dict(), weight_bytes=exact, weight_formula_bytes=formula,
+                           kv_bytes_per_token=kv, kv_formula_bytes_per_token=kv, source=variant.model,
+                           kernels=f"vllm {self._version}" + (f" ({server.url})" if server else ""))
+
+    def release(self, variant: ServedVariant) -> None:
+        """Stop a variant's server when the Runner is done with it (the baseline's serves every KLD pass)."""
+        if not variant.is_baseline and variant.name in self._urls:
+            self._urls.pop(variant.name)
+            self._clients.pop(variant.name, None)
+            if variant.name in self._servers:
+                self._servers.pop(variant.name).stop()
+
+    def close(self) -> None:
+        """Stop every server this backend started."""
+        for server in self._servers.values():
+            server.terminate()
+        for name in list(self._servers):
+            self._servers.pop(name).stop()
+        self._clients.clear()
+        self._urls.clear()

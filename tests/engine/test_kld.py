@@ -1,0 +1,94 @@
+"""Teacher-forced KLD: the two-chunk pass (decoder prefill, then the answer) and its shared prefix."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from evalsuite.kvcache import KVConfig, make_cache
+from evalsuite.engine.decoder import encode_prefix
+from evalsuite.engine.kld import BaselineLogprobCache, _chunked_logprobs, teacher_forced_kld
+from tests.conftest import make_tiny_model
+
+HEAD = "System: answer in a few words. Be brief and exact, and do not explain anything at all. "
+PROMPTS = [(HEAD + q, True) for q in ["What is red?", "Name a sea animal that is large", "Why?"]]
+ANSWERS = ["A colour.", "The blue whale, probably", "Because."]
+
+
+@pytest.fixture
+def fp32(tokenizer):
+    return make_tiny_model(len(tokenizer), seed=5, dtype=torch.float32)
+
+
+def test_chunked_logprobs_equal_one_plain_forward(fp32, tokenizer):
+    """Batched, padded, prefix-shared two-chunk log-probs equal a single unpadded forward per sample."""
+    ids = [tokenizer(p)["input_ids"] for p, _ in PROMPTS]
+    p = 10
+    assert all(x[:p] == ids[0][:p] for x in ids)
+    tokenizer.padding_side = "right"
+    ans = tokenizer(ANSWERS, return_tensors="pt", padding=True, add_special_tokens=False)
+    tokenizer.padding_side = "left"
+    lp = _chunked_logprobs(fp32, [x[p:] for x in ids], encode_prefix(fp32, ids[0][:p]), None,
+                           tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
+    for row, (x, a) in enumerate(zip(ids, ANSWERS)):
+        a_ids = tokenizer(a, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = fp32(torch.tensor([x + a_ids])).logits[0, len(x) - 1 : len(x) + len(a_ids) - 1]
+        torch.testing.assert_close(lp[row, : len(a_ids)], F.log_softmax(logits.float(), -1), atol=1e-4, rtol=1e-4)
+
+
+def test_kld_is_zero_for_the_baseline_and_positive_for_a_2bit_cache(fp32, tokenizer):
+    same = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS)
+    assert all(max(k) < 1e-6 and agree == n for k, agree, n in same)
+    cfg = KVConfig(bits=2, group=8, residual=8)  # exact prefill: only the answer chunk reads 2-bit K/V
+    kv2 = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, lambda: make_cache(cfg, fp32.config))
+    assert sum(sum(k) for k, _, _ in kv2) > 1e-3
+
+
+def test_shared_prefix_does_not_change_the_kld(fp32, tokenizer):
+    cfg = KVConfig(bits=4, group=8, residual=8)
+    make = lambda: make_cache(cfg, fp32.config)  # noqa: E731
+    plain = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make)
+    shared = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, prefix_len=12)
+    for (a, _, n), (b, _, m) in zip(plain, shared):
+        assert n == m
+        assert a == pytest.approx(b, abs=5e-3)
+
+
+@pytest.mark.parametrize("cfg", [None, KVConfig(bits=4, group=8, residual=8),
+                                 KVConfig(backend="hf", bits=4, group=16, residual=8)],
+                         ids=["dynamic", "kv4", "quanto4"])
+def test_prompt_snapshot_gives_the_same_kld_without_a_second_prefill(fp32, tokenizer, monkeypatch, cfg):
+    """A variant sharing the baseline's weights reuses the baseline's prompt K/V: same KLD, no prompt prefill."""
+    import evalsuite.engine.kld as kld
+
+    from evalsuite.engine.decoder import prefill
+    from evalsuite.engine.generate import encode_prompts
+    from evalsuite.engine.snapshots import PromptSnapshots
+
+    make = None if cfg is None else (lambda: make_cache(cfg, fp32.config))
+    plain = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, prefix_len=12)
+    store = kld.BaselineLogprobCache()
+    teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, None, store, "batch", prefix_len=12)
+    ids = encode_prompts(tokenizer, PROMPTS)  # the baseline's generation keeps its prompts' K/V (run.snapshots)
+    snaps = PromptSnapshots()
+    snaps.observe(None, ids, *prefill(fp32, ids, None, None, tokenizer.pad_token_id))
+    snap = snaps.take([tuple(x) for x in ids], keep=True)
+    prefills = []
+    monkeypatch.setattr(kld, "prefill", lambda *a, orig=kld.prefill: (prefills.append(1), orig(*a))[1])
+    fast = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, store, "batch", prefix_len=12,
+                              base_snapshot=snap)
+    assert not prefills  # neither the baseline (cached) nor the variant prefilled the prompt
+    for (a, agree_a, n), (b, agree_b, m) in zip(plain, fast):
+        assert (n, agree_a) == (m, agree_b)
+        assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_other_weights_prefill_their_own_prompt(fp32, tokenizer):
+    other = make_tiny_model(len(tokenizer), seed=6, dtype=torch.float32)
+    store = BaselineLogprobCache()
+    ref = teacher_forced_kld(fp32, other, tokenizer, PROMPTS, ANSWERS, prefix_len=12)
+    teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, None, store, "k", prefix_len=12)
+    got = teacher_forced_kld(fp32, other, tokenizer, PROMPTS, ANSWERS, None, store, "k", prefix_len=12)
+    for (a, _, _), (b, _, _) in zip(ref, got):
+        assert a == pytest.approx(b, abs=1e-4) and max(a) > 0

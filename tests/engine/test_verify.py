@@ -1,0 +1,145 @@
+"""Verification: the teacher-forced pass gives each token what decoding gives it; verified answers equal decoded."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from evalsuite.kvcache import KVConfig, make_cache
+from evalsuite.engine import decoder as engine
+from evalsuite.engine.decoder import decode
+from evalsuite.engine.forced import forced_pass
+from evalsuite.core.records import Reference
+from evalsuite.engine.verify import Side, first_divergence, verify_batch
+from evalsuite.tasks.base import GenSettings
+from tests.conftest import make_tiny_model
+
+ROWS = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [20, 21, 22, 23, 24]]  # different lengths: left padding
+KV = {"int4": KVConfig(bits=4, group=8, residual=8), "int2-token-keys": KVConfig(bits=2, group=8, residual=16,
+                                                                                key_axis="token"),
+      "fp8": KVConfig(fmt="fp8e4", group=0, residual=8), "int4-quantized-prefill": KVConfig(bits=4, group=8,
+                                                                                             residual=8,
+                                                                                             prefill="quantized"),
+      "int8-r32": KVConfig(bits=8, group=16, residual=32)}
+
+
+class Tok:
+    """Enough of a tokenizer for the decoder: ids are their own text."""
+
+    pad_token_id, eos_token_id = 0, 1
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(map(str, ids))
+
+
+@pytest.fixture(scope="module")
+def fp32():
+    return make_tiny_model(300, dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def w8(fp32):
+    from evalsuite.variants.spec import parse_variant
+    from evalsuite.variants.weights import quantize_weights
+
+    return quantize_weights(fp32, parse_variant("w4g32").weights)
+
+
+def stepwise(model, cfg, rows, gen, monkeypatch):
+    """Each row decoded alone, step by step: its ids and the logits of every step."""
+    out, seen = [], []
+    orig = engine.pick_tokens
+    monkeypatch.setattr(engine, "pick_tokens", lambda lg, g, r: (seen.append(lg.clone()), orig(lg, g, r))[1])
+    for row in rows:
+        seen.clear()
+        d = decode(model, Tok(), [row], gen, None, make_cache(cfg, model.config) if cfg else None, {1})
+        out.append((d[0].ids, torch.cat(seen)))
+    monkeypatch.setattr(engine, "pick_tokens", orig)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "weights-w8", *KV, "w8+int4"])
+def test_pass_logits_equal_step_by_step_decoding(fp32, w8, kind, monkeypatch):
+    model = w8 if kind.startswith("w8") or kind.startswith("weights") else fp32
+    cfg = KV.get(kind.split("+")[-1])
+    gen = GenSettings(max_new_tokens=40)
+    ref = stepwise(model, cfg, ROWS, gen, monkeypatch)
+    cache = make_cache(cfg, model.config, keep_exact=True) if cfg else None
+    f = forced_pass(model, ROWS, None, cache, 0, [ids for ids, _ in ref])
+    for r, (ids, logits) in enumerate(ref):
+        got = f.logits(r)[: len(logits)]
+        assert got.shape == logits.shape
+        assert (got - logits).abs().max() < 1e-4  # float rounding of batched vs one-token matmuls
+    if cfg is not None:  # the KV mix matters: an unquantized cache's logits are far from these
+        plain = forced_pass(model, ROWS, None, None, 0, [ids for ids, _ in ref])
+        assert max((plain.logits(r)[: len(lg)] - lg).abs().max() for r, (_, lg) in enumerate(ref)) > 1e-3
+
+
+@pytest.mark.parametrize("kind", list(KV))
+def test_a_row_decodes_the_same_whatever_its_batch(fp32, kind):
+    """Flushes count each row's own tokens: padding added by other rows changes nothing."""
+    cfg, gen = KV[kind], GenSettings(max_new_tokens=30)
+    alone = [decode(fp32, Tok(), [r], gen, None, make_cache(cfg, fp32.config), {1})[0].ids for r in ROWS]
+    batch = decode(fp32, Tok(), ROWS, gen, None, make_cache(cfg, fp32.config), {1})
+    assert [d.ids for d in batch] == alone
+
+
+def test_one_chunk_is_not_what_decoding_reads(fp32, monkeypatch):
+    """Why the pass is chunked at flush boundaries: the answer as one chunk attends to itself exactly."""
+    from evalsuite.engine import forced
+
+    cfg = KV["int4"]
+    ref = stepwise(fp32, cfg, ROWS, GenSettings(max_new_tokens=40), monkeypatch)
+    monkeypatch.setattr(forced, "segment_block", lambda cache: None)
+    f = forced_pass(fp32, ROWS, None, make_cache(cfg, fp32.config, keep_exact=True), 0, [i for i, _ in ref])
+    assert max((f.logits(r)[: len(lg)] - lg).abs().max() for r, (_, lg) in enumerate(ref)) > 1e-3
+
+
+def test_near_ties_and_the_stop_token_are_checked():
+    logits = torch.tensor([[0.0, 5.0, 1.0], [0.0, 1.0, 4.0], [3.0, 0.0, 0.0]])
+    assert first_divergence(logits, Reference((1, 2), "eos"), {0}).diverged is None
+    assert first_divergence(logits, Reference((1, 2), "length"), {0}).checked == 2  # no stop position
+    assert first_divergence(logits, Reference((1, 1), "eos"), {0}).diverged == 1
+    assert first_divergence(logits, Reference((1, 2), "eos"), {2}).diverged == 2  # EOS not chosen after it
+    tie = logits.clone()
+    tie[1, 1] = 4.0 - 1e-4  # token 2 still wins, by less than the fp32 near-tie margin
+    check = first_divergence(tie, Reference((1, 2), "eos"), {0})
+    assert check.diverged == 1 and check.near_ties == 1
+
+
+@pytest.mark.parametrize("kind", ["w8", "int4", "int2-token-keys", "int4-quantized-prefill", "w8+int4"])
+def test_verified_answers_equal_decoded_ones(fp32, w8, kind):
+    """The baseline decodes; the variant is verified against it; the result equals the variant's own decode."""
+    gen = GenSettings(max_new_tokens=30)
+    rows = ROWS + [[30, 31], [40, 41, 42, 43]]
+    base = decode(fp32, Tok(), rows, gen, None, None, {1})
+    refs = [Reference(tuple(d.ids), d.stop) for d in base]
+    model = w8 if kind.startswith("w8") else fp32
+    cfg = KV.get(kind.split("+")[-1])
+    own = decode(model, Tok(), rows, gen, None, make_cache(cfg, model.config) if cfg else None, {1})
+    base_side = Side(fp32, lambda keep: None, None)
+    from evalsuite.engine.verify import baseline_logprobs
+
+    lp = baseline_logprobs(base_side, rows, refs, 0)
+    var = Side(model, lambda keep: make_cache(cfg, model.config, keep_exact=keep) if cfg else None, None)
+    got = verify_batch(var, Tok(), rows, refs, lp, gen, {1})
+    assert [v.ids for v in got] == [d.ids for d in own]
+    assert [v.stop for v in got] == [d.stop for d in own]
+    assert all(len(v.kld[0]) == max(len(r.ids), 1) for v, r in zip(got, refs))
+    differs = [tuple(d.ids) != r.ids for d, r in zip(own, refs)]
+    assert all(v.decode.startswith("diverged@") for v, d in zip(got, differs) if d)  # tails really decode
+    if kind == "w8":  # quantized weights change some answers: the tail path is exercised
+        assert any(differs)
+
+
+def test_the_baseline_against_itself_is_verified_everywhere(fp32):
+    gen = GenSettings(max_new_tokens=30)
+    base = decode(fp32, Tok(), ROWS, gen, None, None, {1})
+    refs = [Reference(tuple(d.ids), d.stop) for d in base]
+    side = Side(fp32, lambda keep: None, None)
+    from evalsuite.engine.verify import baseline_logprobs
+
+    got = verify_batch(side, Tok(), ROWS, refs, baseline_logprobs(side, ROWS, refs, 0), gen, {1})
+    ties = sum(v.check.near_ties for v in got)
+    assert all(v.decode == "verified" for v in got) or ties > 0
+    assert [v.ids for v in got] == [d.ids for d in base]
+    assert max(max(v.kld[0]) for v in got) < 1e-3
