@@ -6,6 +6,7 @@ from pathlib import Path
 from evalsuite.errors import EvalsuiteError
 from evalsuite.run.backend import Backend
 from evalsuite.core.config import RunConfig
+from evalsuite.variants.grammar import spec_kind
 
 
 def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = None) -> Backend:
@@ -15,12 +16,12 @@ def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = Non
     Constructing a backend loads nothing: the model loads (or servers are probed) when the run starts."""
     from evalsuite.models.loader import ModelFactory
 
-    if config.model.strip().lower().startswith("openai:"):
+    if spec_kind(config.model) == "openai":
         from evalsuite.served.endpoint_backend import EndpointBackend
 
         return EndpointBackend(config.model, workdir=run_dir, seed=config.seed, top_k=5 if config.kld else 0)
     factory = ModelFactory(config.model, config.dtype, config.device)
-    served = any(isinstance(v, str) and v.strip().lower().startswith("openai:") for v in config.variants)
+    served = any(isinstance(v, str) and spec_kind(v) == "openai" for v in config.variants)
     if ray_address is not None:
         if served:
             raise EvalsuiteError("served (openai:) variants run next to an in-process baseline, not with --ray")
@@ -30,9 +31,10 @@ def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = Non
             raise EvalsuiteError("--weight-kernels quanto is not available with --ray (workers run dequantized)")
         return RayBackend(factory, address=ray_address, seed=config.seed, max_batch_tokens=config.max_batch_tokens)
     from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.engine.snapshots import PROMPT_KV_BYTES
 
     local = InProcessBackend(loader=factory, seed=config.seed, max_batch_tokens=config.max_batch_tokens,
-                             kernels=config.weight_kernels, snapshot_bytes=(2 << 30) if config.kld else 0,
+                             kernels=config.weight_kernels, snapshot_bytes=PROMPT_KV_BYTES if config.kld else 0,
                              reuse_base_prompts=config.reuse_prompt_kv)
     if served:
         from evalsuite.served.mixed import MixedBackend

@@ -46,11 +46,11 @@ def gate_and_report(store: Store, policy: Path | None, echo: Callable[[str], Non
         flips = sum(s.flips_right_to_wrong + s.flips_wrong_to_right for s in nf)
         kmax = max((s.kld_mean or 0.0 for s in nf), default=0.0)
         echo(f"noise floor (baseline rerun at another batch size): {flips} flips, max mean KLD {kmax:.4f}")
-    meta = store.meta()
-    if meta.get("rounds"):
-        drawn = ", ".join(f"{t} {n}" for t, n in sorted(meta.get("drawn", {}).items()))
-        echo(f"sequential: {meta['rounds']} round(s), samples drawn per task: {drawn}; stopped: "
-             f"{meta.get('stop_reason') or 'interrupted'}")
+    state = store.state()
+    if state.rounds:
+        drawn = ", ".join(f"{t} {n}" for t, n in sorted(state.drawn.items()))
+        echo(f"sequential: {state.rounds} round(s), samples drawn per task: {drawn}; stopped: "
+             f"{state.stop_reason or 'interrupted'}")
     if report:
         from evalsuite.report.build import write_report
 

@@ -110,6 +110,7 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
     """
     from evalsuite.cli.backends import make_backend
     from evalsuite.cli.common import set_run_dir
+    from evalsuite.gate.decide import store_decider
     from evalsuite.gate.policy import load_policy
     from evalsuite.run.pipeline import execute, new_run_id, resume_config
     from evalsuite.core.store import resolve_run_dir, score_table
@@ -136,10 +137,6 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
             task_list.append(f"lm_eval:{name}")
             if lm_eval_include is not None:
                 task_params.setdefault(f"lm_eval:{name}", {})["include"] = str(lm_eval_include.resolve())
-        if limit is not None and max_samples is not None:
-            raise EvalsuiteError("--limit (a fixed set) and --max-samples (sequential rounds) exclude each other")
-        if limit is not None and budget is not None:
-            raise EvalsuiteError("--limit (a fixed set) and --budget (sequential rounds) exclude each other")
         if store_baseline is not None and baseline_dir is not None:
             raise EvalsuiteError("--baseline (strict reuse) and --store-baseline (reuse and grow) exclude each other")
         config = RunConfig(model=model, dtype=dtype, device=device or "auto", variants=split_specs(variants),
@@ -148,7 +145,7 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
                            budget_s=parse_duration(budget) if budget is not None else None,
                            weight_kernels=weight_kernels, reuse_prompt_kv=reuse_prompt_kv,
                            reuse_identical=not recompute_identical, verify=verify == "on",
-                           verify_audit=verify_audit)
+                           verify_audit=verify_audit)  # refuses --limit with --max-samples / --budget
         run_dir = root / (run_id or new_run_id())
     set_run_dir(run_dir)
     quiet_libraries()
@@ -159,7 +156,7 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
         make_backend(config, run_dir, ray_address)
     store = execute(config, run_dir, resume=bool(resume), backend=backend,
                     progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None,
-                    policy=policy, grow_baseline=store_baseline is not None)
+                    decide=store_decider(policy), grow_baseline=store_baseline is not None)
     click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
     header, rows = score_table(store)
     click.echo(table(rows, header))

@@ -23,9 +23,9 @@ def tenants(run: str, tenants_path: Path, as_json: bool) -> int:
     spec = load_tenants(tenants_path)
     store = Store.open(resolve_run_dir(run, runs_root()))
     require_finished(store)
-    meta = store.meta()
-    baseline = meta.get("baseline", "bf16")
-    variants = [v for v in meta.get("variant_order", store.variants_present()) if v != baseline]
+    state = store.state()
+    baseline = state.baseline
+    variants = [v for v in state.variant_order or store.variants_present() if v != baseline]
     infos = store.variant_infos()
     _, decisions = tenants_run(store.samples(baseline), {v: store.samples(v) for v in variants},
                                {v: store.kld(v) for v in variants}, infos, spec, baseline_name=baseline)

@@ -1,8 +1,11 @@
 """What a run is asked to do (stored in the run's store so ``--resume`` can continue it exactly)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from evalsuite.errors import EvalsuiteError
 
 BASELINE = "bf16"
 #: The 2x2 grid {BF16, int4 weights} x {BF16, int4 KV cache}.
@@ -34,7 +37,6 @@ class RunConfig:
     max_batch_tokens: int = 24576
     kld: bool = True
     noise_floor: bool = False
-    baselines_dir: str | None = None  # stored baselines to reuse (None = don't)
     #: weight-only variants: "dequantized" (quanto's quantized values unpacked once: the quality run, ~2x faster
     #: decode on CPU) or "quanto" (its packed modules and kernels, as deployed: for speed figures)
     weight_kernels: str = "dequantized"
@@ -50,10 +52,23 @@ class RunConfig:
     #: the fraction of verified samples regenerated in full to check the verification (seeded per sample)
     verify_audit: float = 0.0
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Refuse settings that exclude each other (one line, exit 2): a fixed set (``limit``) or sequential
+        rounds (``max_samples`` / ``budget_s``)."""
+        if self.limit is not None and self.max_samples is not None:
+            raise EvalsuiteError("--limit (a fixed set) and --max-samples (sequential rounds) exclude each other")
+        if self.limit is not None and self.budget_s is not None:
+            raise EvalsuiteError("--limit (a fixed set) and --budget (sequential rounds) exclude each other")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
-        """A stored config; one stored before ``device`` existed ran on the CPU, so it resumes there."""
-        return cls(**{"device": "cpu", **d})
+        """A stored config; one stored before ``device`` existed ran on the CPU, so it resumes there. Keys this
+        version no longer has (``baselines_dir``, never read) are ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{"device": "cpu", **{k: v for k, v in d.items() if k in known}})

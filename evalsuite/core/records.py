@@ -2,13 +2,27 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: a baseline rerun at another batch size is stored as "<baseline>@noise" (the noise floor)
 NOISE_SUFFIX = "@noise"
 #: how the decoder stores a greedy answer (token ids + stop reason) and flushes quantized KV caches (per row);
 #: stored baselines and resumed runs are keyed by it, so rows of another decoder format are never mixed in
 DECODE_FORMAT = "ids-v1+rowflush-v1"
+#: a sample scoring at least this is right (binary tasks' flips and McNemar, the report's flipped samples)
+RIGHT_AT = 0.5
+
+
+@overload
+def is_right(score: float) -> bool: ...
+@overload
+def is_right(score: np.ndarray) -> np.ndarray: ...
+def is_right(score: float | np.ndarray) -> bool | np.ndarray:
+    """Whether ``score`` counts as right (elementwise for a numpy array of scores)."""
+    return score >= RIGHT_AT
 
 
 @dataclass(frozen=True)

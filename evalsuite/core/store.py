@@ -9,6 +9,7 @@ from typing import Any, Iterable
 
 from evalsuite.errors import EvalsuiteError, StoreMismatch
 from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.core.state import STATE_VERSION, RunState, check_fields
 
 SCHEMA_VERSION = 2  # 2: per-sample metrics and the n outputs of pass@k tasks
 _SCHEMA = """
@@ -56,7 +57,8 @@ class Store:
         if (run_dir / cls.FILENAME).exists():
             raise EvalsuiteError(f"run folder {run_dir} already holds a run; use --resume {run_dir.name}")
         store = cls(run_dir / cls.FILENAME)
-        store.set_meta({"schema_version": SCHEMA_VERSION, "config": config, "created": time.time()})
+        store.update_state(schema_version=SCHEMA_VERSION, state_version=STATE_VERSION, config=config,
+                           created=time.time())
         return store
 
     @classmethod
@@ -65,7 +67,7 @@ class Store:
         if not path.exists():
             raise EvalsuiteError(f"no run store at {path}")
         store = cls(path)
-        version = store.meta().get("schema_version")
+        version = store.state().schema_version
         if version != SCHEMA_VERSION:
             raise StoreMismatch(f"store {path} has schema {version}, this evalsuite reads {SCHEMA_VERSION}")
         return store
@@ -80,11 +82,21 @@ class Store:
                                   [(k, json.dumps(v)) for k, v in items.items()])
 
     def meta(self) -> dict[str, Any]:
+        """The raw meta table (key -> value); readers use ``state()``."""
         return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+
+    def state(self) -> RunState:
+        """The run's state, typed (a store of an older state version migrated: evalsuite.core.state)."""
+        return RunState.from_meta(self.meta())
+
+    def update_state(self, **fields: Any) -> None:
+        """Store the named RunState fields (and only those), in one transaction."""
+        check_fields(set(fields))
+        self.set_meta(fields)
 
     @property
     def config(self) -> dict[str, Any]:
-        return self.meta()["config"]
+        return self.state().config
 
     # -- variants ---------------------------------------------------------------------------------------
     def put_variant(self, info: VariantInfo) -> None:
@@ -169,7 +181,7 @@ def resolve_run_dir(run: str, runs_root: Path) -> Path:
 
 def require_finished(store: Store) -> None:
     """A run that did not finish cannot be gated or reported (its samples are incomplete)."""
-    if "finished" not in store.meta():
+    if store.state().finished is None:
         raise EvalsuiteError(f"run {store.path.parent.name} did not finish; continue it with "
                              f"`evalsuite run --resume {store.path.parent.name}`")
 
@@ -181,7 +193,7 @@ def score_table(store: Store) -> tuple[list[str], list[list[str]]]:
         sums.setdefault((r.variant, r.task), []).append(r.score)
     tasks = sorted({t for _, t in sums})
     variants = list(dict.fromkeys(v for v, _ in sums))
-    order = store.meta().get("variant_order", [])
+    order = store.state().variant_order
     variants.sort(key=lambda v: (order.index(v) if v in order else len(order), v))
     rows = []
     for v in variants:

@@ -20,7 +20,7 @@ from evalsuite.run.prepare import PreparedTask, prepare_variants
 from evalsuite.run.prompts import render_prompt
 from evalsuite.core.records import KLDResult, Reference, SampleResult, VariantInfo
 from evalsuite.run.scoring import row_seed, score_sample
-from evalsuite.engine.snapshots import PromptSnapshots
+from evalsuite.engine.snapshots import PROMPT_KV_BYTES, PromptSnapshots, PromptStore
 from evalsuite.engine.speed import SpeedProbe
 from evalsuite.engine.verify import Side, Verified, baseline_logprobs, verify_batch
 from evalsuite.variants.build import BuiltVariant, build_variant
@@ -41,8 +41,9 @@ class InProcessBackend:
     max_batch_tokens: int = 24576
     max_built: int | None = None  # keep at most this many built variants (a Ray worker keeps one)
     kernels: str = "dequantized"  # weight-only variants: quanto's values unpacked once (variants.build.KERNELS)
-    #: a variant's own prompt K/V kept from its generation for its KLD pass (``run.snapshots``; 0 = off)
-    snapshot_bytes: int = 2 << 30
+    #: the one byte budget of the prompt K/V kept (``engine.snapshots``; 0 = off): a variant's own from its
+    #: generation for its KLD pass, the baseline's for the baseline side of every later pass
+    snapshot_bytes: int = PROMPT_KV_BYTES
     #: KV-cache-only variants start generating from the baseline's prompt K/V (off by default: their answers then
     #: depend on the baseline's batching, see ``run.snapshots``)
     reuse_base_prompts: bool = False
@@ -53,9 +54,15 @@ class InProcessBackend:
     _prompts: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
     _prefix: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (samples seen, prefix tokens)
     _base_lp: BaselineLogprobCache = field(default_factory=BaselineLogprobCache)
-    snapshots: PromptSnapshots = field(default_factory=lambda: PromptSnapshots(0))
-    base_prompts: PromptSnapshots = field(default_factory=lambda: PromptSnapshots(2 << 30, evict=True))
+    prompt_kv: PromptStore = field(init=False)  # the two parts below, under snapshot_bytes
+    snapshots: PromptSnapshots = field(init=False)  # a variant's own (a new part per generation)
+    base_prompts: PromptSnapshots = field(init=False)  # the baseline's (a cache: its oldest make room)
     speed_probe: SpeedProbe = field(default_factory=SpeedProbe)  # TTFT / ITL of every variant on fixed prompts
+
+    def __post_init__(self) -> None:
+        self.prompt_kv = PromptStore(self.snapshot_bytes)
+        self.snapshots = self.prompt_kv.part("variant")
+        self.base_prompts = self.prompt_kv.part("base", evict=True)
 
     @classmethod
     def of(cls, base: LoadedModel, **kw: Any) -> "InProcessBackend":
@@ -166,7 +173,7 @@ class InProcessBackend:
         prompts' K/V for its KLD pass; the baseline keeps its prompts' K/V for the baseline side of every KLD pass
         (and, with ``reuse_base_prompts``, the KV-cache-only variants start from them). The noise floor (the
         baseline under another name) recomputes."""
-        self.snapshots = PromptSnapshots(self.snapshot_bytes, owner=name)  # the previous generation's are dropped
+        self.snapshots = self.prompt_kv.part("variant", owner=name)  # the previous generation's are dropped
         if built.model is not self.loaded.model:
             return (self.snapshots.observe if self.snapshot_bytes and variant.kv is None else None), None
         if name != variant.name:

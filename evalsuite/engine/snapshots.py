@@ -4,7 +4,7 @@ Two uses, both through ``engine.observe_prefills``:
 
 * a weight-only variant (its own weights, unquantized cache) keeps the K/V of its generation's prefills for its
   KLD pass. That KLD is teacher-forced (prompt, then the baseline's answer as a second chunk through the variant's
-  cache, ``run.kld``), and its prompt part was a full prefill, the same one the generation had just done: on long
+  cache, ``engine.kld``), and its prompt part was a full prefill, the same one the generation had just done: on long
   prompts (needle) it doubled the variant's cost. The KLD pass takes the snapshots back and runs only the answer
   chunk. On by default: it changes a measurement in its last float bits, never an answer.
 * opt-in (``--reuse-prompt-kv``): the baseline's generation keeps its prompts' K/V (oldest evicted past the
@@ -18,10 +18,12 @@ Two uses, both through ``engine.observe_prefills``:
 Each prefill hands over its prompts' full-precision K/V and last-position logits row by row (padding dropped),
 keyed by the prompt's token ids; a taker re-pads them into its own batch (``[padding][prompt]``, the mask hiding
 the padding). Only exact prefills take part (a ``quantized``-prefill cache runs the prompt through itself).
-Snapshots live under byte budgets (memory spent for speed: about 94 MB per 2k-token prompt of the embedded model at
-fp32). Trade: the K/V come from a batch padded differently from the one that uses them, so with an unquantized
-cache results differ from a recomputed prefill in the last float bits (masked positions contribute exact zeros;
-sums may run in another order), as batch composition already does.
+Both live in one ``PromptStore`` under one byte budget (memory spent for speed: about 94 MB per 2k-token prompt of
+the embedded model at fp32), as two parts: a variant's rows are held until its KLD pass takes them (a full store
+keeps the first ones), the baseline's are a cache whose oldest rows make room for any new row. Trade: the K/V come
+from a batch padded differently from the one that uses them, so with an unquantized cache results differ from a
+recomputed prefill in the last float bits (masked positions contribute exact zeros; sums may run in another order),
+as batch composition already does.
 """
 from __future__ import annotations
 
@@ -31,17 +33,23 @@ import torch
 
 from evalsuite.engine.decoder import Prefix, fill_cache
 
+#: the one byte budget of an in-process backend's prompt K/V snapshots (both uses; 0 = none kept)
+PROMPT_KV_BYTES = 4 << 30
+
 Key = tuple[int, ...]
 Row = tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor]  # per layer (K, V) [heads, len, dim]; logits
 
 
 class PromptSnapshots:
-    """Per-prompt K/V + last logits of one variant's prefills, up to ``max_bytes``."""
+    """Per-prompt K/V + last logits of one variant's prefills, up to ``max_bytes`` (in a ``store``: up to the
+    store's one budget, shared with its other parts)."""
 
-    def __init__(self, max_bytes: int = 2 << 30, owner: str = "", evict: bool = False) -> None:
+    def __init__(self, max_bytes: int = 2 << 30, owner: str = "", evict: bool = False,
+                 store: PromptStore | None = None) -> None:
         self.max_bytes = max_bytes
         self.owner = owner  # the variant whose generation filled it
         self.evict = evict  # when full: drop the oldest prompts for new ones (else keep the first ones)
+        self.store = store
         self.used = 0
         self.rows: dict[Key, Row] = {}
 
@@ -56,9 +64,7 @@ class PromptSnapshots:
             keep = mask[j].bool()
             size = sum(2 * int(keep.sum()) * layer.keys[j, :, :1].numel() * layer.keys.element_size()
                        for layer in cache.layers)
-            while self.evict and self.rows and self.used + size > self.max_bytes:
-                self._drop(next(iter(self.rows)))
-            if self.used + size > self.max_bytes:
+            if not self._make_room(size):
                 return
             kv = tuple((layer.keys[j][:, keep].clone(), layer.values[j][:, keep].clone()) for layer in cache.layers)
             self.rows[key] = (kv, last[j].clone())
@@ -98,6 +104,18 @@ class PromptSnapshots:
 
         return provide
 
+    def _make_room(self, size: int) -> bool:
+        """Whether ``size`` more bytes fit, once the rows that may go for them have gone (see ``PromptStore``)."""
+        if self.store is not None:
+            return self.store.make_room(size)
+        while self.evict and self.rows and self.used + size > self.max_bytes:
+            self.drop_oldest()
+        return self.used + size <= self.max_bytes
+
+    def drop_oldest(self) -> None:
+        """Drop the row held longest."""
+        self._drop(next(iter(self.rows)))
+
     def _drop(self, key: Key) -> None:
         kv, _ = self.rows.pop(key)
         self.used -= sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
@@ -105,3 +123,42 @@ class PromptSnapshots:
     def clear(self) -> None:
         self.rows.clear()
         self.used = 0
+
+
+class PromptStore:
+    """Every prompt K/V snapshot of a backend under one byte budget, in parts by kind: ``part("variant")`` a
+    variant's own rows for its KLD pass, ``part("base", evict=True)`` the baseline's for every later pass.
+
+    A part that does not evict holds its rows until they are taken (when nothing more fits, it keeps the first
+    ones); a part that evicts is a cache: when a new row of any part needs room, its oldest rows go first."""
+
+    def __init__(self, max_bytes: int = PROMPT_KV_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.parts: dict[str, PromptSnapshots] = {}
+
+    @property
+    def used(self) -> int:
+        return sum(p.used for p in self.parts.values())
+
+    def part(self, kind: str, owner: str = "", evict: bool = False) -> PromptSnapshots:
+        """A fresh, empty part ``kind`` under this store's budget; the one it replaces is emptied and keeps nothing
+        more (a pass still holding it finds no rows)."""
+        old = self.parts.get(kind)
+        if old is not None:
+            old.clear()
+            old.store, old.max_bytes = None, 0
+        self.parts[kind] = PromptSnapshots(self.max_bytes, owner=owner, evict=evict, store=self)
+        return self.parts[kind]
+
+    def make_room(self, size: int) -> bool:
+        """Drop the oldest rows of evicting parts until ``size`` more bytes fit; whether they do."""
+        while self.used + size > self.max_bytes:
+            victim = next((p for p in self.parts.values() if p.evict and p.rows), None)
+            if victim is None:
+                break
+            victim.drop_oldest()
+        return self.used + size <= self.max_bytes
+
+    def clear(self) -> None:
+        for p in self.parts.values():
+            p.clear()

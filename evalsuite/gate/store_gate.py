@@ -28,9 +28,9 @@ class GatedRun:
 def gate_store(store: Store, policy_path: Path | None = None) -> GatedRun:
     """Compare every stored variant with the stored baseline and gate it against the policy."""
     policy = load_policy(policy_path)
-    meta = store.meta()
-    baseline = meta.get("baseline", "bf16")
-    order = meta.get("variant_order") or store.variants_present()
+    state = store.state()
+    baseline = state.baseline
+    order = state.variant_order or store.variants_present()
     present = set(store.variants_present())
     # every variant the run was asked for: one without samples (a budget spent before it ran) is INCONCLUSIVE
     # ("no paired samples"), never silently left out of the verdict
@@ -38,7 +38,7 @@ def gate_store(store: Store, policy_path: Path | None = None) -> GatedRun:
     base_rows = store.samples(baseline)
     records = {v: store.samples(v) for v in variants}
     kld = {v: store.kld(v) for v in variants}
-    expected = list((meta.get("config") or {}).get("tasks") or [])
+    expected = list((state.config or {}).get("tasks") or [])
     stats, gate = gate_run(base_rows, records, kld, policy, expected_tasks=expected)
     noise = None
     noise_name = baseline + NOISE_SUFFIX

@@ -1,5 +1,5 @@
 """Log-likelihoods that really read a variant's KV cache: the context is one forward pass, the continuation follows
-as later chunks through the same cache (the two-chunk trick of ``evalsuite.engine.kld``, generalised to chunks).
+as later chunks through the same cache (``evalsuite.engine.answer``, the continuation in chunks).
 
 A single forward pass over context+continuation shows no KV-quantization effect at all: transformers'
 QuantizedCache and evalsuite's cache in ``exact`` prefill mode hand the first call its own full-precision K/V.
@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
+
+from evalsuite.engine.answer import answer_logits
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,8 @@ def _gather(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, 
 def chunked_logprobs(model: Any, pairs: Sequence[Pair], pad_id: int, cache: Any | None, chunk: int
                      ) -> list[tuple[float, bool]]:
     """(sum of continuation log-probs, all greedy) per pair for one batch: the contexts (left padded) in one call,
-    then the continuations (right padded) in calls of at most ``chunk`` tokens, all through ``cache``."""
+    then the continuations (right padded) in calls of at most ``chunk`` tokens, all through ``cache``
+    (``engine.answer``; the cache is not told the padding, as this bridge always ran)."""
     from transformers import DynamicCache
 
     cache = cache if cache is not None else DynamicCache()
@@ -74,17 +77,11 @@ def chunked_logprobs(model: Any, pairs: Sequence[Pair], pad_id: int, cache: Any 
     ctx, ctx_mask, cont, cont_mask = (t.to(device) for t in (ctx, ctx_mask, cont, cont_mask))
     out = model(input_ids=ctx, attention_mask=ctx_mask, position_ids=(ctx_mask.cumsum(-1) - 1).clamp(min=0),
                 cache=cache, use_cache=True)
-    lps, greedy = [], []
-    lp, gr = _gather(out.logits[:, -1:, :], cont[:, :1])
-    lps.append(lp), greedy.append(gr)
-    mask, start = ctx_mask, ctx_mask.sum(-1, keepdim=True)
-    for s in range(0, la - 1, chunk):
-        piece = cont[:, s:min(s + chunk, la - 1)]
-        mask = torch.cat([mask, cont_mask[:, s:s + piece.shape[1]]], dim=1)
-        pos = start + torch.arange(s, s + piece.shape[1], device=device).unsqueeze(0)
-        out = model(input_ids=piece, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
-        lp, gr = _gather(out.logits, cont[:, s + 1:s + 1 + piece.shape[1]])
+    lps, greedy, done = [], [], 0
+    for logits in answer_logits(model, cache, out.logits[:, -1], ctx_mask, cont, cont_mask, chunk, track=False):
+        lp, gr = _gather(logits, cont[:, done:done + logits.shape[1]])
         lps.append(lp), greedy.append(gr)
+        done += logits.shape[1]
     lp_all, gr_all = torch.cat(lps, dim=1), torch.cat(greedy, dim=1)
     valid = cont_mask.bool()
     return [(float(lp_all[i][valid[i]].sum()), bool(gr_all[i][valid[i]].all())) for i in range(b)]

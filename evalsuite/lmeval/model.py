@@ -117,7 +117,10 @@ class EvalsuiteLM(LM):
         return {"evalsuite_model": self.model_name, "evalsuite_variant": self.built.name,
                 "evalsuite_spec": self.built.spec.to_dict()}
 
-    def _add_special(self, doc: Any) -> bool:
+    def add_special(self, doc: Any) -> bool:
+        """Whether a request's prompt is tokenized with special tokens: the doc's own ``add_special_tokens`` field
+        (``evalsuite export-lm-eval`` writes it), else ``add_special_tokens`` unless lm-eval applied a chat
+        template (the rendered text then holds them)."""
         if isinstance(doc, dict) and ADD_SPECIAL_FIELD in doc:
             return bool(doc[ADD_SPECIAL_FIELD])
         return self.add_special_tokens and not self._chat_templated
@@ -132,7 +135,7 @@ class EvalsuiteLM(LM):
         bar = tqdm(total=len(requests), desc=f"evalsuite {self.built.name}: generate", disable=disable_tqdm)
         for indices in groups.values():
             gen = gen_settings(requests[indices[0]].args[1])
-            prompts = [(requests[i].args[0], self._add_special(requests[i].doc)) for i in indices]
+            prompts = [(requests[i].args[0], self.add_special(requests[i].doc)) for i in indices]
             for idx, gens in iter_generate(self.built.model, self.built.tokenizer, prompts, gen,
                                            self.built.make_cache, max_batch=self.batch_size,
                                            max_tokens=self.max_batch_tokens, seed=self.seed):
@@ -146,7 +149,7 @@ class EvalsuiteLM(LM):
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """(log P(continuation | context), greedy?) with the continuation fed after the context through the cache."""
         tok = self.built.tokenizer
-        pairs = [encode_pair(tok, req.args[0], req.args[1], self._add_special(req.doc), self.prefix_id,
+        pairs = [encode_pair(tok, req.args[0], req.args[1], self.add_special(req.doc), self.prefix_id,
                              self.max_length) for req in requests]
         results = self._score(pairs, "loglikelihood", disable_tqdm)
         for req, res in zip(requests, results):

@@ -12,26 +12,27 @@ from evalsuite.report.html import render_html
 from evalsuite.report.junit import render_junit
 from evalsuite.report.markdown import render_markdown
 from evalsuite.report.model import Flip, ReportModel, needle_grid
-from evalsuite.core.records import SampleResult
+from evalsuite.core.records import SampleResult, is_right
+from evalsuite.core.state import RunState
 from evalsuite.core.store import Store
 
 MAX_FLIPS = 400
 
 
 def _flips(base: list[SampleResult], variant: list[SampleResult]) -> list[Flip]:
-    """Samples whose right/wrong status (score >= 0.5) differs between baseline and variant."""
+    """Samples whose right/wrong status (``core.records.is_right``) differs between baseline and variant."""
     by_id = {(r.task, r.sample_id): r for r in base}
     out = []
     for v in variant:
         b = by_id.get((v.task, v.sample_id))
-        if b is not None and (b.score >= 0.5) != (v.score >= 0.5):
+        if b is not None and is_right(b.score) != is_right(v.score):
             out.append(Flip(v.variant, v.task, v.sample_id, b.prompt, b.output, v.output, b.score, v.score))
     return out
 
 
 def report_model(store: Store, gated: GatedRun) -> ReportModel:
     """Gather the typed report model (see evalsuite.report.model for the schema)."""
-    meta = store.meta()
+    state = store.state()
     infos = store.variant_infos()
     names = [gated.baseline] + gated.variants
     base = store.samples(gated.baseline)
@@ -41,18 +42,19 @@ def report_model(store: Store, gated: GatedRun) -> ReportModel:
         rows = store.samples(v)
         flips += _flips(base, rows)
         needle_rows += [r for r in rows if r.task == "needle"]
+    created = state.created if state.created is not None else time.time()
     return ReportModel(
         run_id=store.path.parent.name,
-        created=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(meta.get("created", time.time()))),
-        model={"name": meta.get("model_name"), "fingerprint": meta.get("fingerprint"), "dtype": meta.get("dtype")},
+        created=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(created)),
+        model={"name": state.model_name, "fingerprint": state.fingerprint, "dtype": state.dtype},
         baseline=gated.baseline, gate=gated.gate, variants=[infos[n] for n in names if n in infos],
         stats=gated.stats, needle_grid=needle_grid(needle_rows), flips=flips[:MAX_FLIPS],
-        tasks=dict(meta.get("task_versions", {})), noise_floor=gated.noise, policy=gated.policy.to_dict(),
-        kld_method={"run": meta.get("kld_method"), "rows": store.kld_methods()},
-        verification=verification(store, gated.variants, meta))
+        tasks=dict(state.task_versions), noise_floor=gated.noise, policy=gated.policy.to_dict(),
+        kld_method={"run": state.kld_method, "rows": store.kld_methods()},
+        verification=verification(store, gated.variants, state))
 
 
-def verification(store: Store, variants: list[str], meta: dict[str, Any]) -> dict[str, dict[str, int]]:
+def verification(store: Store, variants: list[str], state: RunState) -> dict[str, dict[str, int]]:
     """Per variant: how its answers were obtained (verified / diverged / regenerated / generated), the answer
     positions verification checked and flagged as near-ties, and the audit's agreement (``run.verify``)."""
     out: dict[str, dict[str, int]] = {}
@@ -61,8 +63,8 @@ def verification(store: Store, variants: list[str], meta: dict[str, Any]) -> dic
         for r in store.samples(v):
             key = (r.decode or "generated").split("@")[0]
             paths[key] = paths.get(key, 0) + 1
-        tally = (meta.get("verify") or {}).get(v, {}).values()
-        audit = (meta.get("verify_audit") or {}).get(v, {}).values()
+        tally = (state.verify or {}).get(v, {}).values()
+        audit = (state.verify_audit or {}).get(v, {}).values()
         row = {**paths, "positions": sum(t.get("positions", 0) for t in tally),
                "near_ties": sum(t.get("near_ties", 0) for t in tally),
                "audited": sum(a.get("n", 0) for a in audit), "audit_same": sum(a.get("same", 0) for a in audit)}

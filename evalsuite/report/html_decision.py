@@ -48,7 +48,7 @@ def _reasons(card: Row) -> str:
     return '<ul class="reasons">' + "".join(items) + "</ul>"
 
 
-def _covers(card: Row) -> str:
+def covers_note(card: Row) -> str:
     """For a variant with a smaller KV cache: the context lengths its verdict covers."""
     span, kv = card.get("contexts"), card["kv"]
     if not span or not kv["saved"] or kv["saved"] <= 0:
@@ -62,7 +62,7 @@ def _card(card: Row) -> str:
     return (f'<div class="card {vclass(verdict)}" data-variant="{e(card["variant"])}">'
             f'<div class="card-head"><span class="name">{e(card["variant"])}</span>'
             f'<span class="verdict">{e(verdict or "—")}</span></div>'
-            f'<div class="counts">{e(counts)}</div>{_covers(card)}{_reasons(card)}<dl class="gains">'
+            f'<div class="counts">{e(counts)}</div>{covers_note(card)}{_reasons(card)}<dl class="gains">'
             f'{_bytes_line("weights", card["weights"], fmt_bytes)}'
             f'{_bytes_line("KV cache", card["kv"], lambda x: f"{x:,.0f}", " B/token")}'
             f'{_speed("TTFT", card["ttft"])}{_speed("ITL", card["itl"])}</dl></div>')
@@ -87,7 +87,7 @@ def cards_section(r: Row) -> str:
             + '<div class="cards">' + "".join(_card(c) for c in cards) + "</div></section>")
 
 
-def _decision_note(d: Row) -> str:
+def decision_note(d: Row) -> str:
     """``n=30`` (the Δ's samples), where a slice decided it with that slice's n, and the samples still needed."""
     n_all, info = (d["stat"] or {}).get("n"), (d["stat"] or {}).get("n_informative")
     parts = [f"n={n_all}" + (f" ({info} with a side right)" if info is not None else "")] if n_all else []
@@ -111,7 +111,7 @@ def _grid_cell(r: Row, variant: str, task: str) -> str:
         delta = f'<div class="d">{e(pooled_text(d))}</div>'
 
     return (f'<td class="cell {vclass(d["verdict"])}" data-variant="{e(variant)}" data-task="{e(task)}">'
-            f'{delta}<div class="n">{e(_decision_note(d))}</div></td>')
+            f'{delta}<div class="n">{e(decision_note(d))}</div></td>')
 
 
 def grid_section(r: Row) -> str:

@@ -58,12 +58,14 @@ def save_baseline(root: Path, store: Store, tasks: list[PreparedTask], seed: int
                   grow: bool = False) -> Path:
     """Write ``root/<fingerprint>/`` from a finished run's baseline samples (tasks replaced one by one).
     ``grow``: a task whose stored entry still matches keeps its stored answers, and this run's are added."""
-    meta = store.meta()
-    folder = Path(root) / meta["fingerprint"]
+    state = store.state()
+    if state.fingerprint is None:
+        raise StoreMismatch(f"run {store.path.parent.name} recorded no model fingerprint: no baseline to store")
+    folder = Path(root) / state.fingerprint
     folder.mkdir(parents=True, exist_ok=True)
-    manifest = _read_manifest(folder) or {"model": meta["model_name"], "fingerprint": meta["fingerprint"],
-                                          "dtype": meta["dtype"], "tasks": {}}
-    run = run_key(store.config.get("batch_size", 0), meta.get("settings", {}))
+    manifest = _read_manifest(folder) or {"model": state.model_name, "fingerprint": state.fingerprint,
+                                          "dtype": state.dtype, "tasks": {}}
+    run = run_key(state.config.get("batch_size", 0), state.settings)
     for task in tasks:
         key, rows = task_key(task, seed), {r.sample_id: r.to_dict() for r in store.samples(baseline, task.name)}
         if grow and mismatch_reason(manifest, task, seed, run, partial=True) is None:

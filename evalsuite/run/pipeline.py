@@ -5,8 +5,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from evalsuite.run.backend import Backend
 from evalsuite.core.config import RunConfig
+from evalsuite.core.decision import Decide
+from evalsuite.run.backend import Backend
 from evalsuite.run.runner import Runner
 from evalsuite.core.store import Store
 from evalsuite.tasks.registry import Registry
@@ -18,15 +19,16 @@ def new_run_id() -> str:
 
 def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, progress: bool = True,
             log: Callable[[str], None] = print, baselines: Path | None = None,
-            strict_baseline: bool = False, registry: Registry | None = None, policy: Path | None = None,
+            strict_baseline: bool = False, registry: Registry | None = None, decide: Decide | None = None,
             grow_baseline: bool = False) -> Store:
     """Prepare identical samples, load the model once, run baseline then variants into the run's store.
 
     Everything that can be refused (variant specs, task names and parameters) is checked before the model
     loads or anything is written. ``backend`` is chosen by the caller (``evalsuite.cli.backends``). With
-    ``config.max_samples`` the run goes in sequential rounds gated with ``policy`` (``evalsuite.run.rounds``);
-    a resumed one continues from the samples it had drawn (its wall-clock budget starts afresh). ``grow_baseline``:
-    the baseline's answers are stored back under ``baselines`` (stored ones kept, new ones added)."""
+    ``config.max_samples`` or ``config.budget_s`` the run goes in sequential rounds (``evalsuite.run.rounds``) that
+    ask ``decide`` what is still open (the CLI passes ``evalsuite.gate.decide.store_decider(policy)``); a resumed
+    one continues from the samples it had drawn (its wall-clock budget starts afresh). ``grow_baseline``: the
+    baseline's answers are stored back under ``baselines`` (stored ones kept, new ones added)."""
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.run.rounds import Rounds
     from evalsuite.tasks.registry import default_registry
@@ -36,7 +38,10 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
     tasks = prepare_tasks(config, registry or default_registry(), backend.task_context(), drawn)
     rounds = None
     if config.max_samples is not None or config.budget_s is not None:  # sequential: the budget ends it
-        rounds = Rounds(config.max_samples, config.round_size, config.budget_s, policy, log, config.batch_size)
+        if decide is None and len(variants) > 1:
+            raise ValueError("a sequential run of variants needs a decision function (decide=)")
+        rounds = Rounds(max_samples=config.max_samples, round_size=config.round_size, budget_s=config.budget_s,
+                        decide=decide, log=log, batch_size=config.batch_size)
     try:
         identity = backend.load()
         store = Store.open(run_dir) if resume else Store.create(run_dir, config.to_dict())
@@ -46,13 +51,13 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
 
             source = BaselineSource(baselines, identity.fingerprint, config.seed, config.batch_size,
                                     strict=strict_baseline, log=log, grow=grow_baseline)
-        Runner(config, backend, tasks, store, progress=progress, log=log, baseline_source=source).run(variants,
-                                                                                                 rounds)
+        runner = Runner(config, backend, tasks, store, progress=progress, log=log, baseline_source=source)
+        runner.run(variants, rounds)
         if source is not None and source.grow:  # store the baseline's answers, the stored ones and the new
-            source.save(store, tasks, variants[0].name)
+            source.save(store, runner.tasks, variants[0].name)
     finally:
         backend.close()
-    store.set_meta({"finished": time.time()})
+    store.update_state(finished=time.time())
     return store
 
 
@@ -69,6 +74,6 @@ def _drawn(run_dir: Path) -> dict[str, int]:
     """How many samples of each task a sequential run had drawn (empty for a fixed run)."""
     store = Store.open(run_dir)
     try:
-        return dict(store.meta().get("drawn", {}))
+        return dict(store.state().drawn)
     finally:
         store.close()

@@ -2,12 +2,14 @@
 wall-clock budget, not a sample count, ends the run.
 
 Round 1 runs the first ``round_size`` samples of every task's stream (stratified over the task's slices, the same
-samples for every variant). After each round the run is gated as ``evalsuite gate`` would gate it. A (variant,
+samples for every variant). After each round the run is decided by the injected ``decide`` (the CLI passes
+``evalsuite.gate.decide.store_decider``: the run gated as ``evalsuite gate`` would gate it). A (variant,
 task) whose checks are decided stops asking for samples, a variant that FAILs stops entirely, and the next round
 draws more samples only for the tasks some variant still needs (the baseline answers them; decided variants skip
 them). A (variant, task) stops drawing only when its quickest open check cannot be decided in what is left: its
-``more_needed`` (``pairs_to_decide``, which counts the variant's pooled check as open on every task it pools)
-times the measured seconds per pair of that variant and task, plus its share of the baseline's seconds per sample
+``more_needed`` (``Decision.open``, from ``evalsuite.gate.decide.pairs_to_decide``, which counts the variant's
+pooled check as open on every task it pools) times the measured seconds per pair of that variant and task, plus
+its share of the baseline's seconds per sample
 (the baseline answers a sample once for all the variants that need it), exceeds the budget left; or the samples
 exceed the safety cap (``max_samples``; default each stream's size, or ``DEFAULT_CAP`` for an endless one).
 Draws grow geometrically (``GROWTH``, from ``round_size``), are sized to what the open checks ask for, and are
@@ -25,13 +27,36 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
-from evalsuite.run.backend import VariantRef
+from evalsuite.core.decision import Decide, Decision
+from evalsuite.core.store import Store
+from evalsuite.run.backend import Backend, VariantRef
+from evalsuite.run.prepare import PreparedTask
 
 GROWTH = 2  #: each draw of a task is at most this many times its previous one (16, +32, +64, ... at 16)
 DEFAULT_CAP = 1000  #: the safety cap per task of an endless stream when --max-samples is not given
+
+
+class RoundsRunner(Protocol):
+    """What Rounds uses of a Runner (``evalsuite.run.runner.Runner``)."""
+
+    @property
+    def tasks(self) -> Sequence[PreparedTask]: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def baseline_source(self) -> Any: ...  # evalsuite.run.baselines.BaselineSource, optional
+
+    def round(self, variants: Sequence[VariantRef], active: dict[str, set[str]], task_major: bool = False) -> None:
+        ...
+
+    def out_of_time(self) -> bool: ...
+    def cost_per_sample(self, task: str) -> float | None: ...
+    def set_deadline(self, deadline: float | None) -> None: ...
+    def reorder(self, names: Sequence[str]) -> None: ...
 
 
 @dataclass
@@ -41,7 +66,7 @@ class Rounds:
     max_samples: int | None = None  # safety cap per task (None: each stream's size, or DEFAULT_CAP)
     round_size: int = 16
     budget_s: float | None = None
-    policy: Path | None = None  # the policy the run is gated with (default: the shipped one)
+    decide: Decide | None = None  # what is still open (evalsuite.gate.decide); needed with more than a baseline
     log: Callable[[str], None] = print
     batch_size: int = 1  # draws are rounded up to whole decode batches
     started: float = field(default_factory=time.monotonic)
@@ -53,15 +78,15 @@ class Rounds:
     caps: dict[str, int] = field(default_factory=dict)  # task -> its cap
     steps: dict[str, int] = field(default_factory=dict)  # task -> its last draw
 
-    def drive(self, runner: Any, variants: Sequence[VariantRef]) -> None:
+    def drive(self, runner: RoundsRunner, variants: Sequence[VariantRef]) -> None:
         """Rounds until decided, capped or out of budget; the final state is stored in the run's meta."""
         tasks = {t.name for t in runner.tasks}
         active = {v.name: set(tasks) for v in variants[1:]} or {variants[0].name: set(tasks)}
-        meta = runner.store.meta()
-        n_round, self.costs = int(meta.get("rounds", 0)), dict(meta.get("round_costs", {}))
+        state = runner.store.state()
+        n_round, self.costs = int(state.rounds), dict(state.round_costs)
         self.caps = {t.name: task_cap(t, self.max_samples) for t in runner.tasks}
         if self.budget_s is not None:
-            runner.deadline = self.started + self.budget_s
+            runner.set_deadline(self.started + self.budget_s)
         while True:
             n_round += 1
             self.cheapest_first(runner)
@@ -86,13 +111,13 @@ class Rounds:
         self.log(f"sequential run: {n_round} round(s); stopped: {self.stop_reason}")
 
     @staticmethod
-    def cheapest_first(runner: Any) -> None:
+    def cheapest_first(runner: RoundsRunner) -> None:
         """Order the tasks by their measured cost per sample (tasks not measured yet keep their place, first),
         so a budget cuts the expensive tasks and a failing variant is found on a cheap one."""
-        order = {t.name: i for i, t in enumerate(runner.tasks)}
-        runner.tasks.sort(key=lambda t: (runner.cost_per_sample(t.name) or 0.0, order[t.name]))
+        names = [t.name for t in runner.tasks]
+        runner.reorder(sorted(names, key=lambda n: (runner.cost_per_sample(n) or 0.0, names.index(n))))
 
-    def one_round(self, runner: Any, variants: Sequence[VariantRef], active: dict[str, set[str]]) -> None:
+    def one_round(self, runner: RoundsRunner, variants: Sequence[VariantRef], active: dict[str, set[str]]) -> None:
         """A round task by task: the baseline, then every open variant, each timed (seconds per pair); a variant
         the gate FAILs after a task skips the rest of the round (a FAIL on the sequences stands)."""
         base = variants[0].name
@@ -108,7 +133,7 @@ class Rounds:
                 for v in failed & set(now):
                     self.stopped.setdefault(v, {})[task.name] = "variant FAILed"
 
-    def _timed(self, runner: Any, variants: Sequence[VariantRef], name: str, task: str,
+    def _timed(self, runner: RoundsRunner, variants: Sequence[VariantRef], name: str, task: str,
                active: dict[str, set[str]]) -> None:
         """``runner.round`` for one variant on one task, adding its seconds and new pairs to ``costs``."""
         before, t0 = len(runner.store.done_ids(name, task)), time.monotonic()
@@ -123,38 +148,37 @@ class Rounds:
         seconds, pairs = self.costs.get(f"{name}/{task}", (0.0, 0))
         return seconds / pairs if pairs else 0.0
 
-    def failed(self, runner: Any) -> set[str]:
+    def failed(self, runner: RoundsRunner) -> set[str]:
         """Variants the gate FAILs on what is stored so far."""
-        from evalsuite.gate.store_gate import gate_store
+        return self.decision(runner).failed
 
-        verdicts = gate_store(runner.store, self.policy).gate.variant_verdicts
-        return {v for v, verdict in verdicts.items() if verdict == "FAIL"}
+    def decision(self, runner: RoundsRunner) -> Decision:
+        """``decide`` on what is stored so far."""
+        if self.decide is None:
+            raise ValueError("Rounds with variants needs a decision function (evalsuite.gate.decide.store_decider)")
+        return self.decide(runner.store)
 
-    def _still_open(self, runner: Any, variants: Sequence[VariantRef]) -> dict[str, dict[str, int]]:
+    def _still_open(self, runner: RoundsRunner, variants: Sequence[VariantRef]) -> dict[str, dict[str, int]]:
         """variant -> {task: pairs its quickest open check needs}, for the tasks that can still be decided."""
-        from evalsuite.gate.store_gate import gate_store
-        from evalsuite.gate.verdict import undecided
-
         if len(variants) < 2:
             return {}
-        gate = gate_store(runner.store, self.policy).gate
+        decision = self.decision(runner)
         drawn = {t.name: len(t.samples) for t in runner.tasks}
-        open_all = undecided(gate)
+        needs = decision.open
         for v in (v.name for v in variants[1:]):
             for t in drawn:
-                if t not in open_all.get(v, set()) and t not in self.stopped.get(v, {}):
-                    self.stopped.setdefault(v, {})[t] = f"decided ({gate.variant_verdicts.get(v, '?')})"
-        needs = {v: {t: pairs_to_decide(gate, v, t) for t in tasks} for v, tasks in open_all.items()}
+                if t not in needs.get(v, {}) and t not in self.stopped.get(v, {}):
+                    self.stopped.setdefault(v, {})[t] = f"decided ({decision.verdicts.get(v, '?')})"
         sharing = {t: sum(t in n for n in needs.values()) for t in drawn}
         out: dict[str, dict[str, int]] = {}
         for v, per_task in needs.items():
             fit = {t: need for t, need in per_task.items()
-                   if self._fits(v, t, need, drawn.get(t, 0), sharing[t], variants[0].name)}
+                   if self.fits(v, t, need, drawn.get(t, 0), sharing[t], variants[0].name)}
             if fit:
                 out[v] = fit
         return out
 
-    def _fits(self, variant: str, task: str, need: int, drawn: int, sharing: int, base: str) -> bool:
+    def fits(self, variant: str, task: str, need: int, drawn: int, sharing: int, base: str) -> bool:
         """Whether ``need`` more pairs fit in the cap and the budget left; else recorded, said once, and False."""
         room = self.caps.get(task, DEFAULT_CAP) - drawn
         seconds = need * (self.per_pair(variant, task) + self.per_pair(base, task) / max(sharing, 1))
@@ -172,7 +196,7 @@ class Rounds:
         self.stopped.setdefault(variant, {})[task] = "out of reach: " + why
         return False
 
-    def _draw(self, runner: Any, active: dict[str, dict[str, int]]) -> bool:
+    def _draw(self, runner: RoundsRunner, active: dict[str, dict[str, int]]) -> bool:
         """Draw the next samples of every task an open variant needs; False when none of them can grow."""
         grew = False
         for task in runner.tasks:
@@ -190,9 +214,9 @@ class Rounds:
             self.steps[task.name], grew = k, True
         return grew
 
-    def _import_baseline(self, runner: Any, base: str, tasks: set[str]) -> None:
+    def _import_baseline(self, runner: RoundsRunner, base: str, tasks: set[str]) -> None:
         """Take the new samples' baseline answers from a stored baseline, where it has them (no regeneration)."""
-        source = getattr(runner, "baseline_source", None)
+        source = runner.baseline_source
         if source is None:
             return
         for task in runner.tasks:
@@ -204,15 +228,15 @@ class Rounds:
             for t in tasks:
                 self.stopped.setdefault(v, {}).setdefault(t, why)
 
-    def _store(self, runner: Any, n_round: int) -> None:
-        runner.store.set_meta({"rounds": n_round, "drawn": {t.name: len(t.samples) for t in runner.tasks},
-                               "stop_reason": self.stop_reason, "capped": self.capped,
-                               "out_of_reach": {v: t for v, t in self.out_of_reach.items() if t},
-                               "stopped": self.stopped, "round_costs": self.costs,
-                               "seconds_per_pair": {k: round(s / n, 3) for k, (s, n) in self.costs.items() if n}})
+    def _store(self, runner: RoundsRunner, n_round: int) -> None:
+        runner.store.update_state(rounds=n_round, drawn={t.name: len(t.samples) for t in runner.tasks},
+                                  stop_reason=self.stop_reason, capped=self.capped,
+                                  out_of_reach={v: t for v, t in self.out_of_reach.items() if t},
+                                  stopped=self.stopped, round_costs=self.costs,
+                                  seconds_per_pair={k: round(s / n, 3) for k, (s, n) in self.costs.items() if n})
 
 
-def task_cap(task: Any, max_samples: int | None) -> int:
+def task_cap(task: PreparedTask, max_samples: int | None) -> int:
     """A task's safety cap: ``max_samples`` if given, else its stream's size, or ``DEFAULT_CAP`` when endless."""
     if max_samples is not None:
         return max_samples
@@ -227,20 +251,3 @@ def draw_size(want: int, last: int, batch: int, room: int) -> int:
     k = -(-k // max(batch, 1)) * max(batch, 1)
     return max(0, min(k, room))
 
-
-def pairs_to_decide(gate: Any, variant: str, task: str) -> int:
-    """Samples of ``task`` after which its quickest open check would decide (``more_needed``), a slice check's
-    estimate scaled from its own pairs to the task's (a slice with a third of the samples needs three task samples
-    per pair), the pooled check's shared out over its tasks by their pairs. The quickest, not the slowest: one
-    check's FAIL decides the variant, and a PASSed check leaves the others to be re-estimated next round."""
-    from evalsuite.gate.pooled import POOLED
-
-    mine = [c for c in gate.checks if c.variant == variant and c.verdict == "INCONCLUSIVE" and c.more_needed]
-    task_n = max((c.n for c in gate.checks if c.variant == variant and c.task == task), default=0)
-    needs = [-(-c.more_needed * task_n // c.n) if c.n and task_n > c.n else c.more_needed
-             for c in mine if c.task == task]
-    for c in mine:
-        share = dict(c.pools).get(task) if c.task == POOLED else None
-        if share and c.n:
-            needs.append(-(-c.more_needed * share // c.n))
-    return min(needs, default=0)

@@ -11,7 +11,7 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -22,6 +22,9 @@ from evalsuite.run.prepare import PreparedTask
 from evalsuite.core.records import NOISE_SUFFIX, KLDResult, Reference
 from evalsuite.core.store import Store
 from evalsuite.run.verified import VerifyTally, audit
+
+if TYPE_CHECKING:
+    from evalsuite.run.rounds import Rounds
 
 #: KLD method code of rows copied from the baseline (``Runner.copy_baseline``)
 SAME_AS_BASELINE = "identical-to-baseline (KL 0 exactly)"
@@ -41,14 +44,14 @@ class Runner:
     deadline: float | None = None  # time.monotonic() after which no new work starts (a sequential budget)
     spent: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # task -> [seconds, samples] so far
 
-    def run(self, variants: Sequence[VariantRef], rounds: Any = None) -> None:
+    def run(self, variants: Sequence[VariantRef], rounds: Rounds | None = None) -> None:
         """Generate + score every (variant, task); KLD for every non-baseline variant. With ``rounds`` (an
         ``evalsuite.run.rounds.Rounds``) the samples come in rounds until the gate has decided."""
         self.check_compatible(self.backend.load())
         self.check_artifacts(variants)
         baseline = variants[0]
-        self.store.set_meta({"baseline": baseline.name, "variant_order": [v.name for v in variants],
-                             "kld_method": self.backend.kld_method, "settings": self.backend.settings()})
+        self.store.update_state(baseline=baseline.name, variant_order=[v.name for v in variants],
+                                kld_method=self.backend.kld_method, settings=self.backend.settings())
         self.reuse_baseline(baseline.name)  # what a stored baseline covers is not generated again
         if rounds is None:
             for variant in variants:  # one variant built at a time
@@ -89,11 +92,11 @@ class Runner:
         turns this off); said once per variant and recorded in the run's meta."""
         if not self.config.reuse_identical or not self.backend.same_as_baseline(variant):
             return False
-        same = self.store.meta().get("same_as_baseline", [])
+        same = self.store.state().same_as_baseline
         if variant.name not in same:
             self.log(f"{variant.name}: computes exactly what the baseline computes (bit-identical weights, "
                      "unquantized cache): its answers are the baseline's, copied, and its KLD is 0")
-            self.store.set_meta({"same_as_baseline": same + [variant.name]})
+            self.store.update_state(same_as_baseline=same + [variant.name])
         return True
 
     def copy_baseline(self, baseline: str, name: str, task: PreparedTask) -> None:
@@ -111,6 +114,15 @@ class Runner:
         """Whether the run's deadline (a sequential run's wall-clock budget) has passed."""
         return self.deadline is not None and time.monotonic() > self.deadline
 
+    def set_deadline(self, deadline: float | None) -> None:
+        """No new work starts after ``deadline`` (``time.monotonic()``; None: none)."""
+        self.deadline = deadline
+
+    def reorder(self, names: Sequence[str]) -> None:
+        """Take the tasks in this order from now on (a new list: the list the Runner was given is left as is)."""
+        by_name = {t.name: t for t in self.tasks}
+        self.tasks = [by_name[n] for n in names]
+
     def finish(self, variant: VariantRef) -> None:
         """Record the variant's bytes and timings, then free it."""
         self.record_info(variant, variant.name)
@@ -119,34 +131,33 @@ class Runner:
 
     def check_compatible(self, identity: ModelIdentity) -> None:
         """Refuse to continue a run whose model content or task versions changed; record what this run is."""
-        meta = self.store.meta()
-        fp = meta.get("fingerprint")
+        state = self.store.state()
+        fp = state.fingerprint
         if fp is not None and fp != identity.fingerprint:
             raise StoreMismatch(f"model fingerprint changed ({fp} stored, {identity.fingerprint} loaded): "
                                 "start a new run")
-        stored = meta.get("task_versions", {})
+        stored = state.task_versions
         for t in self.tasks:
             if t.name in stored and stored[t.name] != t.version:
                 raise StoreMismatch(f"task {t.name!r} version changed ({stored[t.name]} stored, {t.version} now)")
-        self.store.set_meta({"fingerprint": identity.fingerprint, "model_name": identity.name,
-                             "dtype": identity.dtype,
-                             "task_versions": {**stored, **{t.name: t.version for t in self.tasks}},
-                             "task_params": {t.name: t.params for t in self.tasks},
-                             "gen_settings": {t.name: t.gen.to_dict() for t in self.tasks}})
+        self.store.update_state(fingerprint=identity.fingerprint, model_name=identity.name, dtype=identity.dtype,
+                                task_versions={**stored, **{t.name: t.version for t in self.tasks}},
+                                task_params={t.name: t.params for t in self.tasks},
+                                gen_settings={t.name: t.gen.to_dict() for t in self.tasks})
 
     def check_artifacts(self, variants: Sequence[VariantRef]) -> None:
         """Refuse to continue a run whose ``ckpt:`` artifact changed on disk: a variant, like the baseline, is keyed
         by its bytes, not its path (pairs half from the old file and half from the new would be meaningless)."""
         from evalsuite.variants.artifact import artifact_fingerprint
 
-        stored = self.store.meta().get("artifact_fingerprints", {})
+        stored = self.store.state().artifact_fingerprints
         now = {v.name: artifact_fingerprint(path) for v in variants if (path := getattr(v, "artifact", None))}
         for name, fp in now.items():
             if stored.get(name, fp) != fp:
                 raise StoreMismatch(f"artifact of variant {name!r} changed ({stored[name]} stored, {fp} now): "
                                     "start a new run")
         if now:
-            self.store.set_meta({"artifact_fingerprints": {**stored, **now}})
+            self.store.update_state(artifact_fingerprints={**stored, **now})
 
     def todo(self, name: str, task: PreparedTask) -> list[int]:
         """Indices of ``task``'s samples not yet stored for ``name``."""
@@ -197,11 +208,11 @@ class Runner:
 
     def note_unverified(self, name: str, task: str, why: str) -> None:
         """Log once per (variant, task) why its answers are regenerated, and keep the reason in the meta."""
-        notes = self.store.meta().get("unverified", {})
+        notes = self.store.state().unverified
         if notes.get(name, {}).get(task) != why:
             self.log(f"{name}/{task}: answers regenerated, not verified: {why}")
             notes.setdefault(name, {})[task] = why
-            self.store.set_meta({"unverified": notes})
+            self.store.update_state(unverified=notes)
 
     def generate(self, variant: VariantRef, name: str, batch_size: int,
                  tasks: Sequence[PreparedTask] | None = None, decode: str = "generated") -> None:

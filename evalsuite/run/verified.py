@@ -28,10 +28,10 @@ class VerifyTally:
             self.counts["near_ties"] += v.check.near_ties
 
     def save(self) -> None:
-        meta = self.store.meta().get("verify", {})
-        old = meta.setdefault(self.variant, {}).get(self.task, {})
-        meta[self.variant][self.task] = {k: old.get(k, 0) + n for k, n in self.counts.items()}
-        self.store.set_meta({"verify": meta})
+        tallies = self.store.state().verify
+        old = tallies.setdefault(self.variant, {}).get(self.task, {})
+        tallies[self.variant][self.task] = {k: old.get(k, 0) + n for k, n in self.counts.items()}
+        self.store.update_state(verify=tallies)
         self.counts = dict.fromkeys(self.counts, 0)
 
 
@@ -46,8 +46,8 @@ def audit(runner: Any, variant: Any, task: PreparedTask, fraction: float) -> Non
     record how many equal their verified answer."""
     name, store = variant.name, runner.store
     verified = {r.sample_id: r for r in store.samples(name, task.name) if r.decode == "verified"}
-    meta = store.meta().get("verify_audit", {})
-    entry = meta.setdefault(name, {}).setdefault(task.name, {"n": 0, "same": 0, "ids": [], "differ": []})
+    audits = store.state().verify_audit
+    entry = audits.setdefault(name, {}).setdefault(task.name, {"n": 0, "same": 0, "ids": [], "differ": []})
     picks = [i for i, s in enumerate(task.samples) if s.id in verified and s.id not in entry["ids"]
              and audited(runner.config.seed, s.id, fraction)]
     if not picks:
@@ -60,5 +60,5 @@ def audit(runner: Any, variant: Any, task: PreparedTask, fraction: float) -> Non
                 entry["same"] += 1
             else:
                 entry["differ"].append(r.sample_id)
-    store.set_meta({"verify_audit": meta})
+    store.update_state(verify_audit=audits)
     runner.log(f"{name}/{task.name}: audit regenerated {entry['n']} verified samples, {entry['same']} identical")

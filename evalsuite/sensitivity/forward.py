@@ -3,8 +3,9 @@
 Weights: one forward over ``[left padding][prompt][answer]``; the baseline's input to every decoder layer is kept,
 so a pass in which only layer ``i`` changed starts at layer ``i`` (layers below it compute what the baseline
 computed). KV: the prompt is prefilled in full precision (what an ``exact``-prefill cache stores, as the decoder
-does), then the answer runs as a second chunk through the cache, so attention reads quantized K/V; the baseline's
-prompt K/V are computed once and copied into each cache. Log-probs come out as [batch, answer_len, vocab].
+does), then the answer runs as a second chunk through the cache (``engine.answer``), so attention reads quantized
+K/V; the baseline's prompt K/V are computed once and copied into each cache. Log-probs come out as
+[batch, answer_len, vocab].
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from evalsuite.engine.decoder import fill_cache
+from evalsuite.engine.answer import snapshot_answer_logprobs
 
 
 @dataclass
@@ -116,17 +117,11 @@ def prompt_prefill(model: Any, batch: Batch) -> PromptState:
 @torch.no_grad()
 def chunked_pass(model: Any, batch: Batch, state: PromptState, cache: Any) -> torch.Tensor:
     """Answer log-probs with the prompt's K/V (``state``) written into ``cache`` and the answer as a second chunk
-    (``cache`` None: a DynamicCache, i.e. the unquantized baseline)."""
-    cache = fill_cache(state.kv, cache, model.config)
-    ids, amask = (t.to(state.mask.device) for t in batch.answer_chunk())
-    first = state.last[:, None, :]
-    if ids.shape[1] <= 1:
-        return F.log_softmax(first, dim=-1)
-    full = torch.cat([state.mask, amask], dim=1)
-    pos = state.mask.sum(-1, keepdim=True) + torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
-    out = model(input_ids=ids[:, :-1], attention_mask=full[:, :-1], position_ids=pos[:, :-1], cache=cache,
-                use_cache=True)
-    return F.log_softmax(torch.cat([first, out.logits.float()], dim=1), dim=-1)
+    (``cache`` None: a DynamicCache, i.e. the unquantized baseline). The cache is not told the padding (a
+    quantized cache groups padding columns with real tokens, as these measurements always have)."""
+    ids, amask = batch.answer_chunk()
+    return snapshot_answer_logprobs(model, (tuple(state.kv), state.last, state.mask), cache, ids, amask,
+                                    track=False)
 
 
 def kld_sums(base_lp: torch.Tensor, var_lp: torch.Tensor, lens: list[int]) -> tuple[float, int, int]:

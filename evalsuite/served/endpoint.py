@@ -12,49 +12,28 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
-from urllib.parse import urlsplit
 
 import requests
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.engine.generate import Generation, cut_at_stop
 from evalsuite.tasks.base import GenSettings, Sample
+from evalsuite.variants.grammar import EndpointSpec, parse_spec, spec_kind
 
-PREFIX = "openai:"
 TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
-def is_endpoint(text: str) -> bool:
-    return isinstance(text, str) and text.strip().lower().startswith(PREFIX)
-
-
-@dataclass(frozen=True)
-class EndpointSpec:
-    """Where a model is served and what the run calls it."""
-
-    url: str  # base URL, ending in /v1 (or wherever /models and /chat/completions live)
-    name: str
-
-    @property
-    def is_baseline(self) -> bool:  # the Runner's baseline-reuse path never applies to endpoints
-        return False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "endpoint": self.url}
+def is_endpoint(text: Any) -> bool:
+    """Whether ``text`` is an ``openai:`` spec (by the variant grammar's prefix)."""
+    return isinstance(text, str) and spec_kind(text) == "openai"
 
 
 def parse_endpoint(text: str) -> EndpointSpec:
     """``openai:http://127.0.0.1:8081/v1#f16`` -> EndpointSpec(url, 'f16'); bad input is an EvalsuiteError."""
-    if not is_endpoint(text):
+    spec = parse_spec(text) if is_endpoint(text) else None
+    if not isinstance(spec, EndpointSpec):
         raise EvalsuiteError(f"not an endpoint spec {text!r}: expected openai:http://HOST:PORT/v1#name")
-    url, _, name = text.strip()[len(PREFIX):].partition("#")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise EvalsuiteError(f"bad endpoint URL {url!r} in {text!r}: expected http(s)://HOST:PORT/v1")
-    name = name.strip() or parts.netloc
-    if any(c in name for c in ",+ "):
-        raise EvalsuiteError(f"bad endpoint name {name!r}: no commas, '+' or spaces")
-    return EndpointSpec(url=url.rstrip("/"), name=name)
+    return spec
 
 
 @dataclass(frozen=True)

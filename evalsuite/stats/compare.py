@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.core.records import KLDResult, SampleResult
+from evalsuite.core.records import KLDResult, SampleResult, is_right
 from evalsuite.stats.paired import kld_aggregate, mcnemar_exact, paired_bootstrap_ci, tango_ci
 from evalsuite.stats.sequential import diff_cs, diff_values, flip_values
 from evalsuite.stats.types import ALL, PairedStats
@@ -54,7 +54,7 @@ def compare(baseline: Sequence[SampleResult], variant: Sequence[SampleResult],
     """Paired statistics of ``variant`` against ``baseline`` for every (task, slice).
 
     ``binary``: True/False for every task, a set of binary task names, or None to infer per task
-    (binary when every score is 0 or 1). Binary tasks get flips (score >= 0.5 is right) and McNemar.
+    (binary when every score is 0 or 1). Binary tasks get flips (right: ``core.records.is_right``) and McNemar.
     ``kld`` holds this variant's teacher-forced KLD records; aggregates pool all answer tokens of a slice.
     """
     name = variant_name or _variant_name(variant)
@@ -174,7 +174,7 @@ def _intervals(base: np.ndarray, var: np.ndarray, is_binary: bool, n_boot: int,
     n = diff.size
     delta = float(diff.mean()) if n else 0.0
     if is_binary:
-        right_b, right_v = base >= 0.5, var >= 0.5
+        right_b, right_v = is_right(base), is_right(var)
         r2w, w2r = int(np.sum(right_b & ~right_v)), int(np.sum(~right_b & right_v))
         lo, hi = tango_ci(r2w, w2r, n)
         cs_lo, cs_hi = diff_cs(*flip_values(r2w, w2r, n))
@@ -206,9 +206,9 @@ def _stats(name: str, task: str, slice_name: str, members: Sequence[_Item], is_b
 
 
 def informative(base: np.ndarray, var: np.ndarray, is_binary: bool) -> int:
-    """Pairs with at least one side right (binary: score >= 0.5; continuous: score > 0)."""
+    """Pairs with at least one side right (binary: ``is_right``; continuous: score > 0)."""
     if is_binary:
-        return int(np.sum((base >= 0.5) | (var >= 0.5)))
+        return int(np.sum(is_right(base) | is_right(var)))
     return int(np.sum((base > 0) | (var > 0)))
 
 

@@ -16,7 +16,9 @@ from typing import Any
 import torch
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.variants.spec import WeightSpec
+from evalsuite.variants.forms import WeightSpec
+from evalsuite.variants.mixed import effective_group
+from evalsuite.variants.weights import exclude_names, weight_qtype
 
 DEFAULT_CALIB = 16
 CALIB_SEED = 0
@@ -66,9 +68,6 @@ def calibrate(model: torch.nn.Module, tokenizer: Any, n: int) -> None:
 def quantize_with_activations(model: torch.nn.Module, spec: WeightSpec, tokenizer: Any) -> torch.nn.Module:
     """A deep copy of ``model`` with weights at ``spec`` and activations quantized, calibrated, frozen."""
     from optimum.quanto import QModuleMixin, freeze, quantize
-
-    from evalsuite.variants.mixed import effective_group
-    from evalsuite.variants.weights import exclude_names, weight_qtype
 
     qmodel = copy.deepcopy(model)
     with torch.no_grad():

@@ -12,27 +12,19 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evalsuite.errors import EvalsuiteError, SpecError
-from evalsuite.kvcache.config import KVConfig
+from evalsuite.variants.forms import VariantSpec
+from evalsuite.variants.grammar import CKPT, CheckpointRef, bad_checkpoint
+from evalsuite.variants.quant_grammar import VllmKV
 
-PREFIX = "ckpt:"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_SPEC_RE = re.compile(r"^(?P<path>.+?)(?:\+(?P<kv>kv[^#+]*))?(?:#(?P<name>[^#+]*))?(?:\+(?P<kv2>kv[^#+]*))?$",
-                      re.IGNORECASE)
 _FLOAT_GGML = {"F32", "F16", "BF16", "F64"}
 _FLOAT_ST = {"F64", "F32", "F16", "BF16"}
 WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
-
-
-def _bad(text: str, why: str) -> SpecError:
-    return SpecError(f"bad artifact spec {text!r} ({why}); form: ckpt:PATH[+KV][#NAME], PATH a model folder "
-                     "with config.json or a .gguf file (e.g. ckpt:out/model-q4.gguf+kv4g32#q4-shipped)")
 
 
 def check_path(path: str | Path, text: str = "") -> Path:
@@ -40,44 +32,27 @@ def check_path(path: str | Path, text: str = "") -> Path:
     p = Path(path).expanduser()
     if p.suffix.lower() == ".gguf":
         if not p.is_file():
-            raise _bad(text or str(path), f"GGUF file {p} not found")
+            raise bad_checkpoint(text or str(path), f"GGUF file {p} not found")
     elif not p.is_dir():
-        raise _bad(text or str(path), f"{p} is neither a .gguf file nor a folder")
+        raise bad_checkpoint(text or str(path), f"{p} is neither a .gguf file nor a folder")
     elif not (p / "config.json").is_file():
-        raise _bad(text or str(path), f"model folder {p} has no config.json")
+        raise bad_checkpoint(text or str(path), f"model folder {p} has no config.json")
     return p.resolve()
 
 
-def artifact_name(path: str, kv: KVConfig | None) -> str:
-    """Default name: the folder / file stem, characters outside ``A-Za-z0-9_.-`` replaced, ``+KV`` appended."""
-    stem = re.sub(r"[^A-Za-z0-9_.\-]+", "-", Path(path).stem).strip("-.") or "artifact"
-    return stem + (f"+{kv.name}" if kv is not None else "")
+def artifact_variant(ref: CheckpointRef, text: str) -> VariantSpec:
+    """The in-process variant of a parsed ``ckpt:`` spec: its path checked to exist and stored absolute."""
+    if isinstance(ref.kv, VllmKV):
+        raise bad_checkpoint(text, f"{ref.kv.name} is vLLM's KV cache: serve it with --engine vllm")
+    path = check_path(ref.path, text)
+    return VariantSpec(kv=ref.kv, label=ref.name, artifact=str(path))
 
 
-def parse_artifact(text: str):  # -> VariantSpec (imported lazily: spec.py imports this module lazily too)
-    """Parse ``ckpt:PATH[+KV][#NAME]`` (the path keeps its case; checked to exist, stored absolute)."""
-    from evalsuite.variants.spec import VariantSpec, parse_variant
-
-    body = text.strip()[len(PREFIX):].strip()
-    m = _SPEC_RE.match(body)
-    if not body or not m:
-        raise _bad(text, "no path")
-    if m["kv"] and m["kv2"]:
-        raise _bad(text, "two KV parts")
-    kv_text = m["kv"] or m["kv2"]
-    kv = parse_variant(kv_text).kv if kv_text else None
-    name = m["name"]
-    if name is not None and not _NAME_RE.match(name):
-        raise _bad(text, f"name {name!r} may hold only A-Z a-z 0-9 _ . - and must start with a letter or digit")
-    path = check_path(m["path"].strip(), text)
-    return VariantSpec(kv=kv, label=name, artifact=str(path))
-
-
-def check_artifact_spec(spec: Any) -> None:
+def check_artifact_spec(spec: VariantSpec) -> None:
     """An artifact spec (e.g. from YAML / a stored run) takes no weight quantization and points at a real path."""
     if spec.weights.fmt != "none" or spec.weights.overrides:
         raise SpecError(f"artifact variant {spec.name!r} takes only a +KV part, not weights {spec.weights.name}")
-    check_path(spec.artifact, f"{PREFIX}{spec.artifact}")
+    check_path(spec.artifact, f"{CKPT}{spec.artifact}")
 
 
 # --- pairing: the artifact must read and write the same tokens as the baseline ------------------------------------

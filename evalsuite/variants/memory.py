@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
-from evalsuite.variants.spec import WeightSpec
+from evalsuite.variants.forms import WeightSpec
+from evalsuite.variants.mixed import resolve_rules, rule_bytes
 
 
 def _leaf_tensors(t: torch.Tensor) -> list[torch.Tensor]:
@@ -55,8 +56,6 @@ def formula_bytes(model: torch.nn.Module, spec: WeightSpec, dtype_bytes: int = 2
     """
     from optimum.quanto import QModuleMixin
 
-    from evalsuite.variants.mixed import rule_bytes
-
     quantized = {n: m for n, m in model.named_modules() if isinstance(m, QModuleMixin) and m.weight_qtype is not None}
     rules = _rules(model, spec) if spec.fmt != "none" else {}
     q_params, total = 0, 0.0
@@ -80,8 +79,6 @@ def formula_bytes(model: torch.nn.Module, spec: WeightSpec, dtype_bytes: int = 2
 
 
 def _rules(model: torch.nn.Module, spec: WeightSpec) -> dict[str, WeightSpec | None]:
-    from evalsuite.variants.mixed import resolve_rules
-
     names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) or hasattr(m, "weight_qtype")]
     return resolve_rules(names, spec)
 

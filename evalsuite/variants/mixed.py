@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from evalsuite.errors import EvalsuiteError
-
-if TYPE_CHECKING:
-    from evalsuite.variants.spec import WeightSpec
+from evalsuite.variants.forms import WeightSpec
+from evalsuite.variants.quant_grammar import override_spec
 
 _LAYER = re.compile(r"^l(\d+)(?:-(\d+))?$")
-PATTERN_RE = re.compile(r"^[a-z0-9_.*?-]+$")
 TOP_RE = re.compile(r"^top(\d+)$")
 
 
@@ -51,8 +49,6 @@ def resolve_rules(names: list[str], spec: WeightSpec) -> dict[str, WeightSpec | 
     """Precision of each Linear module name: a WeightSpec, or None when kept unquantized.
 
     Modules excluded by the spec (``lm_head``) are left out. A pattern that matches no module is an error."""
-    from evalsuite.variants.spec import WeightSpec, override_spec
-
     rules: dict[str, WeightSpec | None] = {}
     used: set[str] = set()
     options = [(key, p, expand_pattern(p)) for key, pats in spec.overrides for p in pats]

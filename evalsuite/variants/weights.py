@@ -7,8 +7,8 @@ import fnmatch
 import torch
 
 from evalsuite.errors import EvalsuiteError
+from evalsuite.variants.forms import WeightSpec
 from evalsuite.variants.mixed import effective_group, resolve_rules
-from evalsuite.variants.spec import WeightSpec
 
 
 def weight_qtype(spec: WeightSpec):

@@ -7,7 +7,8 @@ import torch.nn.functional as F
 
 from evalsuite.kvcache import KVConfig, make_cache
 from evalsuite.engine.decoder import encode_prefix
-from evalsuite.engine.kld import BaselineLogprobCache, _chunked_logprobs, teacher_forced_kld
+from evalsuite.engine.answer import prefill_answer_logprobs
+from evalsuite.engine.kld import BaselineLogprobCache, teacher_forced_kld
 from tests.conftest import make_tiny_model
 
 HEAD = "System: answer in a few words. Be brief and exact, and do not explain anything at all. "
@@ -28,8 +29,8 @@ def test_chunked_logprobs_equal_one_plain_forward(fp32, tokenizer):
     tokenizer.padding_side = "right"
     ans = tokenizer(ANSWERS, return_tensors="pt", padding=True, add_special_tokens=False)
     tokenizer.padding_side = "left"
-    lp = _chunked_logprobs(fp32, [x[p:] for x in ids], encode_prefix(fp32, ids[0][:p]), None,
-                           tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
+    lp = prefill_answer_logprobs(fp32, [x[p:] for x in ids], encode_prefix(fp32, ids[0][:p]), None,
+                                 tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
     for row, (x, a) in enumerate(zip(ids, ANSWERS)):
         a_ids = tokenizer(a, add_special_tokens=False)["input_ids"]
         with torch.no_grad():
@@ -60,6 +61,7 @@ def test_shared_prefix_does_not_change_the_kld(fp32, tokenizer):
                          ids=["dynamic", "kv4", "quanto4"])
 def test_prompt_snapshot_gives_the_same_kld_without_a_second_prefill(fp32, tokenizer, monkeypatch, cfg):
     """A variant sharing the baseline's weights reuses the baseline's prompt K/V: same KLD, no prompt prefill."""
+    import evalsuite.engine.answer as answer
     import evalsuite.engine.kld as kld
 
     from evalsuite.engine.decoder import prefill
@@ -70,12 +72,12 @@ def test_prompt_snapshot_gives_the_same_kld_without_a_second_prefill(fp32, token
     plain = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, prefix_len=12)
     store = kld.BaselineLogprobCache()
     teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, None, store, "batch", prefix_len=12)
-    ids = encode_prompts(tokenizer, PROMPTS)  # the baseline's generation keeps its prompts' K/V (run.snapshots)
+    ids = encode_prompts(tokenizer, PROMPTS)  # the baseline's generation keeps its prompts' K/V (engine.snapshots)
     snaps = PromptSnapshots()
     snaps.observe(None, ids, *prefill(fp32, ids, None, None, tokenizer.pad_token_id))
     snap = snaps.take([tuple(x) for x in ids], keep=True)
     prefills = []
-    monkeypatch.setattr(kld, "prefill", lambda *a, orig=kld.prefill: (prefills.append(1), orig(*a))[1])
+    monkeypatch.setattr(answer, "prefill", lambda *a, orig=answer.prefill: (prefills.append(1), orig(*a))[1])
     fast = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, store, "batch", prefix_len=12,
                               base_snapshot=snap)
     assert not prefills  # neither the baseline (cached) nor the variant prefilled the prompt
@@ -92,3 +94,20 @@ def test_other_weights_prefill_their_own_prompt(fp32, tokenizer):
     got = teacher_forced_kld(fp32, other, tokenizer, PROMPTS, ANSWERS, None, store, "k", prefix_len=12)
     for (a, _, _), (b, _, _) in zip(ref, got):
         assert a == pytest.approx(b, abs=1e-4) and max(a) > 0
+
+
+def test_answer_in_chunks_gives_the_one_chunk_log_probs(fp32, tokenizer):
+    """``answer_logits`` in calls of a few tokens (the lm-eval bridge) equals the one-chunk pass (KLD)."""
+    from evalsuite.engine.answer import answer_logits, answer_logprobs
+    from evalsuite.engine.decoder import prefill
+    from evalsuite.engine.generate import encode_prompts
+
+    ids = encode_prompts(tokenizer, PROMPTS)
+    ans = tokenizer(ANSWERS, return_tensors="pt", padding=True, add_special_tokens=False)
+    one = answer_logprobs(fp32, *prefill(fp32, ids, None, None, tokenizer.pad_token_id), ans["input_ids"],
+                          ans["attention_mask"])
+    pieces = list(answer_logits(fp32, *prefill(fp32, ids, None, None, tokenizer.pad_token_id), ans["input_ids"],
+                                ans["attention_mask"], chunk=2))
+    assert [p.shape[1] for p in pieces] == [1] + [2] * ((ans["input_ids"].shape[1] - 1) // 2) + (
+        [1] if (ans["input_ids"].shape[1] - 1) % 2 else [])
+    torch.testing.assert_close(F.log_softmax(torch.cat(pieces, dim=1), -1), one, atol=1e-4, rtol=1e-4)

@@ -5,7 +5,7 @@ from transformers import DynamicCache
 
 from evalsuite.engine.decoder import Prefix
 from evalsuite.engine.inprocess import InProcessBackend
-from evalsuite.engine.snapshots import PromptSnapshots
+from evalsuite.engine.snapshots import PromptSnapshots, PromptStore
 from tests.conftest import prepared, run_model
 
 
@@ -114,3 +114,26 @@ def test_baseline_prompts_evict_the_oldest_past_the_budget():
     for r in range(3):
         snaps.observe(None, [[r, 1, 2, 3, 4]], cache, torch.zeros(1, 3), torch.ones(1, 5))
     assert list(snaps.rows) == [(1, 1, 2, 3, 4), (2, 1, 2, 3, 4)] and snaps.used == 2 * row
+
+
+def test_one_store_one_budget_the_baselines_rows_make_room():
+    """Both parts share the store's budget: a variant's rows are held (the first ones kept), the baseline's are a
+    cache whose oldest go for a new row of either part."""
+    cache = _cache(1, 5)
+    row = 2 * 2 * 3 * 5 * 4 * 4
+    store = PromptStore(max_bytes=3 * row)
+    base, own = store.part("base", evict=True), store.part("variant", owner="w4")
+    for r in range(3):
+        base.observe(None, [[r, 1, 2, 3, 4]], cache, torch.zeros(1, 3), torch.ones(1, 5))
+    assert len(base.rows) == 3 and store.used == 3 * row
+    for r in range(4):
+        own.observe(None, [[9, r, 2, 3, 4]], cache, torch.zeros(1, 3), torch.ones(1, 5))
+    assert list(own.rows) == [(9, 0, 2, 3, 4), (9, 1, 2, 3, 4), (9, 2, 2, 3, 4)] and not base.rows
+    base.observe(None, [[7, 1, 2, 3, 4]], cache, torch.zeros(1, 3), torch.ones(1, 5))
+    assert not base.rows  # nothing of its own to evict, and a variant's rows are held until taken
+    again = store.part("variant", owner="w8")  # the next generation's part: the previous one's rows dropped
+    assert not own.rows and not again.rows and store.used == 0
+    own.observe(None, [[8, 1, 2, 3, 4]], cache, torch.zeros(1, 3), torch.ones(1, 5))
+    assert not own.rows  # a replaced part keeps nothing more
+    store.clear()
+    assert store.used == 0

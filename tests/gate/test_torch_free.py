@@ -4,7 +4,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-CORE = ["evalsuite.core.records", "evalsuite.core.store", "evalsuite.stats.compare", "evalsuite.stats.sequential",
+CORE = ["evalsuite.core.records", "evalsuite.core.store", "evalsuite.core.state", "evalsuite.core.decision",
+        "evalsuite.gate.decide", "evalsuite.stats.compare", "evalsuite.stats.sequential",
         "evalsuite.stats.pooled", "evalsuite.gate.pooled",
         "evalsuite.gate.policy", "evalsuite.gate.verdict", "evalsuite.gate.store_gate", "evalsuite.gate.tenants",
         "evalsuite.report.build", "evalsuite.report.ablation", "evalsuite.cli.gate_cmd", "evalsuite.cli.report_cmd",

@@ -252,10 +252,10 @@ def test_registered_model_and_model_args(tiny32):
                                          {"batch_size": 1, "device": "cpu"})
     assert lm.batch_size == 4 and lm.built.name == KV and lm.built.make_cache() is not None
     assert EvalsuiteLM.create_from_arg_obj({"model": tiny32}, {"batch_size": "auto"}).batch_size == 16
-    assert lm._add_special({}) is True  # raw prompts: like `evalsuite run` renders them
+    assert lm.add_special({}) is True  # raw prompts: like `evalsuite run` renders them
     text = lm.apply_chat_template([{"role": "user", "content": "hi"}])  # lm-eval's --apply_chat_template
     assert text.startswith("<|im_start|>") and text.endswith("<|im_start|>assistant\n")
-    assert lm._add_special({}) is False and lm._add_special({"add_special_tokens": True}) is True
+    assert lm.add_special({}) is False and lm.add_special({"add_special_tokens": True}) is True
     with pytest.raises(EvalsuiteError, match="batch_size"):
         EvalsuiteLM(model=tiny32, batch_size="many")
     g = gen_settings({"until": "\n\n", "max_gen_toks": 5, "do_sample": True, "temperature": 0.7, "top_k": 3})

@@ -357,16 +357,16 @@ def test_a_long_variant_name_cannot_run_into_its_badge():
 
 
 def test_kv_card_states_the_context_range_and_the_grid_the_informative_pairs(report):
-    from evalsuite.report.html_decision import _covers, _decision_note
+    from evalsuite.report.html_decision import covers_note, decision_note
     from evalsuite.report.digest import context_range
 
     stats = [{"variant": "kv", "task": "needle", "slice": f"context_len={c}", "n": 4} for c in (2048, 512, 1024)]
     assert context_range({"stats": stats}, "kv") == (512, 2048) and context_range({"stats": stats}, "w8") is None
     card = {"contexts": (512, 2048), "kv": {"saved": 100.0}}
-    assert "KV verdict covers contexts of 512–2,048 tokens" in _covers(card)
-    assert _covers({**card, "kv": {"saved": 0}}) == ""  # a weight-only variant: no KV claim
+    assert "KV verdict covers contexts of 512–2,048 tokens" in covers_note(card)
+    assert covers_note({**card, "kv": {"saved": 0}}) == ""  # a weight-only variant: no KV claim
     d = {"stat": {"n": 52, "n_informative": 0}, "verdict": "PASS", "slices": [], "n": 52}
-    assert _decision_note(d) == "n=52 (0 with a side right)"  # HumanEval for the 135M model: pairs, no information
+    assert decision_note(d) == "n=52 (0 with a side right)"  # HumanEval for the 135M model: pairs, no information
 
 
 def test_the_pooled_check_gets_its_own_grid_column(report):

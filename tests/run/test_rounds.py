@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from evalsuite.gate.decide import store_decider
 from evalsuite.gate.store_gate import gate_store
 from evalsuite.core.config import RunConfig
 from evalsuite.engine.inprocess import InProcessBackend
@@ -39,7 +40,7 @@ def _execute(tiny, run_dir, policy, resume=False, **kw):
     config = RunConfig(model="tiny", variants=VARIANTS, tasks=["copy"], batch_size=8, max_samples=160,
                        round_size=20, **kw)
     return execute(config, run_dir, resume, InProcessBackend.of(tiny, seed=config.seed), progress=False,
-                   log=lambda s: None, registry=_registry(), policy=policy)
+                   log=lambda s: None, registry=_registry(), decide=store_decider(policy))
 
 
 def test_rounds_stop_each_variant_when_decided(tiny, tmp_path, policy):
@@ -119,7 +120,7 @@ def test_a_failed_variant_skips_the_rest_of_the_round(tiny, tmp_path, policy):
     config = RunConfig(model="tiny", variants=VARIANTS, tasks=["copy", "other"], batch_size=8, max_samples=40,
                        round_size=20)
     store = execute(config, tmp_path / "r", False, InProcessBackend.of(tiny, seed=config.seed), progress=False,
-                    log=lambda s: None, registry=reg, policy=policy)
+                    log=lambda s: None, registry=reg, decide=store_decider(policy))
     assert len(store.samples("w2g32", "copy")) == 20  # FAILed (KLD) on the first task of round 1 ...
     assert store.samples("w2g32", "other") == []  # ... so it never ran the second
     assert len(store.samples("noop", "other")) >= 20
@@ -128,7 +129,7 @@ def test_a_failed_variant_skips_the_rest_of_the_round(tiny, tmp_path, policy):
 
 def test_pairs_to_decide_takes_the_quickest_open_check_in_task_samples():
     from evalsuite.gate.types import CheckResult, GateResult
-    from evalsuite.run.rounds import pairs_to_decide
+    from evalsuite.gate.decide import pairs_to_decide
 
     def check(slice_, n, verdict, more):
         return CheckResult("v", "t", slice_, "max_drop", 0.05, 0.0, verdict, "", None, n, more)
@@ -146,7 +147,7 @@ def test_a_check_out_of_reach_of_max_samples_stops_drawing(tiny, tmp_path, polic
     config = RunConfig(model="tiny", variants=["bf16", "w4g64"], tasks=["copy"], batch_size=8, max_samples=40,
                        round_size=20)
     store = execute(config, tmp_path / "r", False, InProcessBackend.of(tiny, seed=config.seed), progress=False,
-                    log=lines.append, registry=_registry(), policy=tmp_path / "loose.yaml")
+                    log=lines.append, registry=_registry(), decide=store_decider(tmp_path / "loose.yaml"))
     meta = store.meta()
     # a near no-op needs ~57 more pairs after 20; 40 leaves 20: the first round is the last
     assert meta["drawn"]["copy"] == 20 and meta["out_of_reach"]["w4g64"]["copy"] > 20
@@ -188,18 +189,18 @@ def test_a_task_stops_when_its_need_does_not_fit_the_budget_left():
     r = Rounds(budget_s=100.0, log=lines.append)
     r.caps = {"t": 1000}
     r.costs = {"v/t": [10.0, 10], "bf16/t": [20.0, 10]}  # 1 s per pair, the baseline's 2 s shared by 2 variants
-    assert r._fits("v", "t", 40, 16, 2, "bf16")  # 80 s
-    assert not r._fits("v", "t", 60, 16, 2, "bf16")  # 120 s > ~100 s left
+    assert r.fits("v", "t", 40, 16, 2, "bf16")  # 80 s
+    assert not r.fits("v", "t", 60, 16, 2, "bf16")  # 120 s > ~100 s left
     assert r.stopped["v"]["t"].startswith("out of reach: ~60 more pairs take ~120 s, more than the")
     assert r.out_of_reach == {"v": {"t": 60}} and len(lines) == 1
-    assert r._fits("v", "t", 60, 16, 4, "bf16")  # 1.5 s a pair when four variants share the baseline
+    assert r.fits("v", "t", 60, 16, 4, "bf16")  # 1.5 s a pair when four variants share the baseline
     assert "t" not in r.stopped["v"] and r.out_of_reach == {"v": {}}
-    assert not r._fits("v", "t", 60, 990, 4, "bf16") and "more than the cap of 1000" in r.stopped["v"]["t"]
+    assert not r.fits("v", "t", 60, 990, 4, "bf16") and "more than the cap of 1000" in r.stopped["v"]["t"]
 
 
 def test_the_pooled_check_keeps_its_tasks_open():
     from evalsuite.gate.types import CheckResult, GateResult
-    from evalsuite.run.rounds import pairs_to_decide
+    from evalsuite.gate.decide import pairs_to_decide
 
     own = [CheckResult("v", t, "all", "max_drop", 0.05, 0.0, "INCONCLUSIVE", "", None, 48, 900) for t in "ab"]
     pool = CheckResult("v", "*", "all", "pooled_max_drop", 0.0, -0.05, "INCONCLUSIVE", "", None, 96, 40,
@@ -225,7 +226,8 @@ def test_budget_alone_runs_rounds_and_a_stored_baseline_grows(tiny, tmp_path, po
         config = RunConfig(model="tiny", variants=["bf16", {"name": "noop", "spec": "bf16"}], tasks=["copy"],
                            batch_size=8, max_samples=cap, budget_s=600.0, round_size=20)
         return execute(config, tmp_path / run, False, InProcessBackend.of(tiny, seed=config.seed), progress=False,
-                       log=lambda s: None, registry=reg, policy=policy, baselines=root, grow_baseline=True)
+                       log=lambda s: None, registry=reg, decide=store_decider(policy), baselines=root,
+                       grow_baseline=True)
 
     first = go("r1", 40)  # the no-op needs ~57 more than 20 leave: one round
     stored = {r.sample_id for r in first.samples("bf16")}

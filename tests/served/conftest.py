@@ -1,6 +1,8 @@
-"""Served-engine tests. Tests marked ``vllm`` run real vLLM servers (the embedded model) and are selected only with
-``-m vllm`` (``make test-vllm``) or ``EVALSUITE_VLLM_TESTS=1``; otherwise they are deselected (not skipped), so the
-default suite does not pay the servers' start-up. Each server starts once per test session."""
+"""Served-engine tests. Tests marked ``vllm`` run real vLLM servers (the embedded model); tests marked ``llmc`` make
+llm-compressor artifacts in ``.venv-llmc``. ``make test`` builds both venvs and runs them (``EVALSUITE_VLLM_TESTS=1``);
+``-m vllm`` / ``-m llmc`` (``make test-vllm``) select them too. A bare ``pytest`` deselects them (not skips), so a
+checkout without the side venvs still runs the rest. When selected they never skip: a missing venv or a server that
+does not start fails the tests, with the one line that says why. Each server starts once per test session."""
 from __future__ import annotations
 
 import os
@@ -9,13 +11,19 @@ from typing import Iterator
 
 import pytest
 
+SIDE_MARKS = ("vllm", "llmc")
+#: how long a session's server may take to get healthy (CPU start-up is 1-5 min under load)
+STARTUP_S = float(os.environ.get("EVALSUITE_VLLM_TEST_STARTUP_S", "900"))
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "vllm: needs real vLLM servers (make test-vllm)")
+    config.addinivalue_line("markers", "vllm: needs real vLLM servers (make vllm; run by make test)")
+    config.addinivalue_line("markers", "llmc: needs llm-compressor's venv (make llmc; run by make test)")
 
 
 def _wanted(config: pytest.Config) -> bool:
-    return "vllm" in (config.getoption("-m") or "") or os.environ.get("EVALSUITE_VLLM_TESTS") == "1"
+    expr = config.getoption("-m") or ""
+    return any(m in expr for m in SIDE_MARKS) or os.environ.get("EVALSUITE_VLLM_TESTS") == "1"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -23,7 +31,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     keep, drop = [], []
     for item in items:
-        (drop if item.get_closest_marker("vllm") else keep).append(item)
+        (drop if any(item.get_closest_marker(m) for m in SIDE_MARKS) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -37,21 +45,44 @@ def base_folder() -> str:
 
 
 @pytest.fixture(scope="session")
-def vllm_servers(base_folder: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """The baseline (bf16) and the fp8-KV server, started once for the whole session (in parallel)."""
-    from concurrent.futures import ThreadPoolExecutor
+def vllm_python_path() -> str:
+    """vLLM's interpreter; a missing one fails (not skips) with the line naming ``make vllm``."""
+    from evalsuite.errors import EvalsuiteError
+    from evalsuite.served.vllm.server import vllm_python, vllm_version
 
-    from evalsuite.served.vllm.server import VllmServer, vllm_python
+    try:
+        python = vllm_python()
+        vllm_version(python)
+    except EvalsuiteError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return python
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(base_folder: str, vllm_python_path: str,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The baseline (bf16) and the fp8-KV server, started once for the whole session (side by side). A server that
+    exits or is not healthy within ``STARTUP_S`` fails every test using it with its log's last line (cached by
+    pytest: no second attempt). Tests may replace a server in ``servers``; whatever is there is stopped at the end."""
+    from evalsuite.errors import EvalsuiteError
+    from evalsuite.served.vllm.server import VllmServer
     from evalsuite.served.vllm.specs import parse_served
 
-    python = vllm_python()
     logs = tmp_path_factory.mktemp("vllm-logs")
     specs = {s.name: s for s in (parse_served("bf16", base_folder), parse_served("vkvf8", base_folder))}
-    servers = {n: VllmServer(python, s.model, s.flags, Path(logs) / f"{n}.log", name=n) for n, s in specs.items()}
+    servers = {n: VllmServer(vllm_python_path, s.model, s.flags, Path(logs) / f"{n}.log", name=n)
+               for n, s in specs.items()}
     try:
-        with ThreadPoolExecutor(len(servers)) as ex:
-            list(ex.map(lambda s: s.start(1200), servers.values()))
-        yield {"specs": specs, "servers": servers, "python": python}
+        for s in servers.values():
+            s.spawn()
+        try:
+            for s in servers.values():
+                s.ready(STARTUP_S)
+        except EvalsuiteError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        yield {"specs": specs, "servers": servers, "python": vllm_python_path, "logs": Path(logs)}
     finally:
+        for s in servers.values():
+            s.terminate()
         for s in servers.values():
             s.stop()

@@ -50,6 +50,19 @@ def test_refused(tmp_path: Path, spec: str, words: str) -> None:
     assert words in str(exc.value) and "\n" not in str(exc.value)
 
 
+@pytest.mark.parametrize("spec, words", [("wf8af8", "optimum-quanto"), ("wf8[keep=l0]", "optimum-quanto"),
+                                         ("fp16", "expected"), ("ckpt:{art}#x+kv8", "evalsuite's own KV cache"),
+                                         ("ckpt:{art}+vkvf8+vkvf8", "two KV parts"),
+                                         ("openai:http://h:1/v1#x", "without --engine vllm")])
+def test_refused_after_the_grammar(tmp_path: Path, spec: str, words: str) -> None:
+    art = tmp_path / "art"
+    art.mkdir()
+    _folder(art)
+    with pytest.raises(EvalsuiteError) as exc:
+        served_variants([spec.format(art=art)], _folder(tmp_path))
+    assert words in str(exc.value) and "\n" not in str(exc.value)
+
+
 def test_duplicates(tmp_path: Path) -> None:
     with pytest.raises(EvalsuiteError, match="twice"):
         served_variants(["vkvf8", "vkvf8"], _folder(tmp_path))

@@ -95,3 +95,56 @@ def test_failed_start_is_one_line(vllm_servers: dict, base_folder: str, tmp_path
     msg = str(exc.value)
     assert "exited" in msg and "int3" in msg and "\n" not in msg and exc.value.exit_code == 2
     assert not server.alive()
+
+
+def test_server_dying_mid_run_leaves_a_resumable_run(vllm_servers: dict, tmp_path: Path) -> None:
+    """The variant's server is killed (SIGKILL) after its first answers are stored: the run stops with one line
+    (exit 2), every stored row is intact, and ``--resume`` on a fresh server completes it. Kills the session's
+    vkvf8 server and puts a fresh one in its place (so keep this test last in the file)."""
+    import os
+    import signal
+
+    from evalsuite.core.config import RunConfig
+    from evalsuite.core.store import Store
+    from evalsuite.run.pipeline import execute
+    from evalsuite.served.vllm.backend import VllmBackend
+    from evalsuite.served.vllm.server import VllmServer
+    from tests.served.conftest import STARTUP_S
+
+    servers = vllm_servers["servers"]
+    killed: list[int] = []
+
+    class DyingServer(VllmBackend):
+        def generate(self, variant, name, task, indices, batch_size):
+            for rows in super().generate(variant, name, task, indices, batch_size):
+                yield rows  # the Runner stores these before asking for more
+                if name == "vkvf8" and not killed:
+                    proc = servers["vkvf8"].proc
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(30)
+                    killed.append(proc.pid)
+
+    run_dir = tmp_path / "run"
+    config = RunConfig(variants=["bf16", "vkvf8"], tasks=["reasoning"], limit=6, batch_size=2)
+    backend = DyingServer("default", workdir=run_dir, python=vllm_servers["python"], external=servers)
+    with pytest.raises(EvalsuiteError) as exc:
+        execute(config, run_dir, resume=False, backend=backend, progress=False, log=lambda _: None)
+    msg = str(exc.value)
+    assert killed and exc.value.exit_code == 2 and "\n" not in msg and servers["bf16"].alive(), msg
+    print(f"\nafter the kill: {msg}")
+    store = Store.open(run_dir)
+    base_rows = {r.sample_id: r for r in store.samples("bf16", "reasoning")}
+    kept = {r.sample_id: r for r in store.samples("vkvf8", "reasoning")}
+    store.close()
+    assert len(base_rows) == 6 and 1 <= len(kept) < 6, (len(base_rows), len(kept))
+
+    spec = vllm_servers["specs"]["vkvf8"]
+    servers["vkvf8"] = VllmServer(vllm_servers["python"], spec.model, spec.flags,
+                                  vllm_servers["logs"] / "vkvf8-restarted.log", name="vkvf8").start(STARTUP_S)
+    backend = VllmBackend("default", workdir=run_dir, python=vllm_servers["python"], external=servers)
+    execute(config, run_dir, resume=True, backend=backend, progress=False, log=lambda _: None).close()
+    store = Store.open(run_dir)
+    after = {r.sample_id: r for r in store.samples("vkvf8", "reasoning")}
+    assert len(after) == 6 and all(after[i] == kept[i] for i in kept)  # stored rows kept as they were
+    assert {r.sample_id: r for r in store.samples("bf16", "reasoning")} == base_rows
+    assert len(store.kld("vkvf8")) == 6

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.core.records import KLDResult, SampleResult
+from evalsuite.core.records import RIGHT_AT, KLDResult, SampleResult, is_right
 from evalsuite.stats.compare import NOISE_FLOOR, SliceFilter, compare, noise_floor
 from evalsuite.stats.paired import kld_aggregate, mcnemar_exact, paired_bootstrap_ci, wilson_ci
 
@@ -208,3 +208,8 @@ def test_noise_floor_names_the_rerun() -> None:
     b = [rec("bf16", r.sample_id, r.score, **r.metadata) for r in a]
     stats = noise_floor(a, b)
     assert {s.variant for s in stats} == {NOISE_FLOOR} and stats[0].flip_rate == 0.0
+
+
+def test_one_definition_of_right() -> None:
+    assert RIGHT_AT == 0.5 and is_right(0.5) is True and is_right(0.49) is False
+    assert is_right(np.array([0.0, 0.5, 1.0])).tolist() == [False, True, True]

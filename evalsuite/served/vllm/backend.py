@@ -30,6 +30,28 @@ from evalsuite.served.vllm.specs import ServedVariant, served_variants
 from evalsuite.tasks.base import TaskContext
 
 
+#: weight quantizations vLLM's CPU build cannot run (0.32: ``--quantization fp8`` dies loading the weights with
+#: "_C::static_scaled_fp8_quant() expected at most 0 argument(s)": the FP8 quantize kernel is CUDA/ROCm only)
+NO_CPU_QUANTIZATION = ("fp8", "fp8_per_tensor")  # fp8 is vLLM 0.32's deprecated alias of fp8_per_tensor
+
+
+def refuse_unsupported(specs: Sequence[ServedVariant], device: str, version: str) -> None:
+    """One line (exit 2) for a variant the device's vLLM cannot serve, before any server starts."""
+    from evalsuite.errors import EvalsuiteError
+
+    if device != "cpu":
+        return
+    for spec in specs:
+        flags = list(spec.flags)
+        quant = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == "--quantization"]
+        quant += [f.split("=", 1)[1] for f in flags if f.startswith("--quantization=")]
+        bad = [q for q in quant if q.lower() in NO_CPU_QUANTIZATION]
+        if bad:
+            raise EvalsuiteError(f"variant {spec.name!r} needs --quantization {bad[0]}, which vLLM {version} on "
+                                 f"this CPU cannot run (its FP8 weight kernels are GPU-only); serve an FP8 "
+                                 f"checkpoint on a GPU, or a compressed-tensors INT8/INT4 one with ckpt:")
+
+
 @dataclass
 class VllmBackend:
     """Backend over vLLM servers it owns: one for the baseline, one per variant (``load`` starts them all)."""
@@ -65,6 +87,9 @@ class VllmBackend:
             raise EvalsuiteError(f"--engine vllm serves a model folder; {self.model!r} is not one")
         self._specs = served_variants(requested, str(base))
         self.python = vllm_python(self.python)
+        if not self._version:
+            self._version, self._device = vllm_version(self.python)
+        refuse_unsupported(self._specs, self._device, self._version)
         self._local = InProcessBackend(loader=ModelFactory(str(base), "auto", "cpu"), seed=self.seed)
         return self._specs
 

@@ -30,7 +30,9 @@ def engine_backend(config: Any, run_dir: Path, engine: str | None, vllm_python: 
                              f"resume it without --engine {chosen}")
     if chosen != "vllm":
         return None
-    if config.model.strip().lower().startswith("openai:"):
+    from evalsuite.variants.grammar import spec_kind  # not at import: evalsuite.variants loads torch
+
+    if spec_kind(config.model) == "openai":
         raise EvalsuiteError("--engine vllm starts its own servers: give --model a model (default, or a folder), "
                              "not an openai: URL")
     from evalsuite.served.vllm.backend import VllmBackend

@@ -25,7 +25,7 @@ import requests
 
 from evalsuite.errors import EvalsuiteError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]  # evalsuite/served/vllm/server.py -> the checkout
 #: common flags of every server: exact log-probs over HTTP (``--max-logprobs -1``), bf16 compute
 ENGINE_FLAGS = ("--dtype", "bfloat16", "--max-logprobs", "-1", "--max-model-len", "4096")
 KV_SPACE_GIB = "2"  # VLLM_CPU_KVCACHE_SPACE unless set by the user

@@ -13,24 +13,33 @@ A served variant is one vLLM server: the model it serves plus its flags. The map
 ``+vkvf8`` combines with ``wf8`` and ``ckpt:``. vLLM's FP8 KV cache is *not* evalsuite's ``kvf8e4`` (grouped scales
 and a full-precision residual in transformers), hence its own spelling; the report names the scheme (``kv_scheme``).
 Anything vLLM cannot serve (evalsuite's own KV caches, optimum-quanto weight groups, GGUF files) is refused with one
-line before any server starts.
+line before any server starts. The strings are parsed by the variant grammar (``evalsuite/variants/grammar.py``);
+this module only maps what it parses to server flags.
 """
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from evalsuite.errors import EvalsuiteError
+from evalsuite.errors import EvalsuiteError, SpecError
+from evalsuite.kvcache.config import KVConfig
+from evalsuite.variants.grammar import CheckpointRef, VllmArgs, parse_spec, spec_kind
+from evalsuite.variants.quant_grammar import QuantForm, VllmKV
 
-BASELINE_ALIASES = ("bf16", "base")
-VKV = {"vkvf8": ("fp8", "vLLM fp8 KV cache (fp8_e4m3, per-tensor scale, no residual)"),
-       "vkvf8e4": ("fp8_e4m3", "vLLM fp8_e4m3 KV cache (per-tensor scale, no residual)"),
-       "vkvf8e5": ("fp8_e5m2", "vLLM fp8_e5m2 KV cache (no scale, no residual)")}
+BASELINE_ALIASES = ("bf16", "base")  # fp16 / fp32 / none are not vLLM's (bf16) baseline
+VKV = {"vkvf8": "vLLM fp8 KV cache (fp8_e4m3, per-tensor scale, no residual)",
+       "vkvf8e4": "vLLM fp8_e4m3 KV cache (per-tensor scale, no residual)",
+       "vkvf8e5": "vLLM fp8_e5m2 KV cache (no scale, no residual)"}
 BASE_KV = "vLLM bf16 KV cache (unquantized)"
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_OWN_KV = ("it is evalsuite's own KV cache (grouped scales, a full-precision residual) in transformers; vLLM's FP8 "
+           "KV cache is spelt 'vkvf8' (or vkvf8e4 / vkvf8e5), and vLLM has no int4/int2 KV cache")
+_QUANTO = ("optimum-quanto weights (groups, activations) exist only in-process; serve a real checkpoint with "
+           "ckpt:FOLDER (e.g. compressed-tensors from llm-compressor), 'wf8' for vLLM's FP8 weights, or raw flags "
+           "with vllm:\"ARGS\"#name")
+_EXPECTED = "expected bf16, vkvf8[e4|e5], wf8[+vkvf8], ckpt:FOLDER[+vkvf8][#name] or vllm:\"ARGS\"#name"
 
 
 @dataclass(frozen=True)
@@ -50,91 +59,87 @@ class ServedVariant:
 
     @property
     def artifact(self) -> str | None:  # the Runner fingerprints ckpt: folders through this
-        return self.model if self.spec.startswith("ckpt:") else None
+        return self.model if spec_kind(self.spec) == "ckpt" else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "engine": "vllm", "spec": self.spec, "model": self.model,
                 "flags": list(self.flags), "kv_scheme": self.kv_scheme}
 
 
-def _refusal(text: str) -> str:
-    """Why evalsuite's spec ``text`` has no vLLM equivalent (one line)."""
-    low = text.lower()
-    if re.search(r"(^|\+)kv(f8e[45]|\d|hf)", low):
-        return (f"variant {text!r} cannot be served by vLLM: it is evalsuite's own KV cache (grouped scales, a "
-                f"full-precision residual) in transformers; vLLM's FP8 KV cache is spelt 'vkvf8' (or vkvf8e4 / "
-                f"vkvf8e5), and vLLM has no int4/int2 KV cache")
-    if re.match(r"^w\d", low) or "a8" in low:
-        return (f"variant {text!r} cannot be served by vLLM: optimum-quanto weights (groups, activations) exist "
-                f"only in-process; serve a real checkpoint with ckpt:FOLDER (e.g. compressed-tensors from "
-                f"llm-compressor), 'wf8' for vLLM's FP8 weights, or raw flags with vllm:\"ARGS\"#name")
-    return (f"variant {text!r} cannot be served by vLLM: expected bf16, vkvf8[e4|e5], wf8[+vkvf8], "
-            f"ckpt:FOLDER[+vkvf8][#name] or vllm:\"ARGS\"#name")
+def _refusal(text: str, why: str) -> EvalsuiteError:
+    """Evalsuite's spec ``text`` has no vLLM equivalent (one line)."""
+    return EvalsuiteError(f"variant {text!r} cannot be served by vLLM: {why}")
 
 
-def _kv_part(text: str, parts: Sequence[str]) -> tuple[tuple[str, ...], str]:
-    """(flags, scheme) of the ``+KV`` parts; anything else is refused."""
-    if not parts:
+def _kv_part(text: str, kv: KVConfig | VllmKV | None) -> tuple[tuple[str, ...], str]:
+    """(flags, scheme) of a parsed ``+KV`` part; evalsuite's own KV caches are refused."""
+    if kv is None:
         return (), BASE_KV
-    if len(parts) > 1 or parts[0].lower() not in VKV:
-        raise EvalsuiteError(_refusal(text))
-    dtype, scheme = VKV[parts[0].lower()]
-    return ("--kv-cache-dtype", dtype), scheme
+    if not isinstance(kv, VllmKV):
+        raise _refusal(text, _OWN_KV)
+    return ("--kv-cache-dtype", kv.dtype), VKV[kv.name]
 
 
-def _ckpt(text: str, body: str) -> ServedVariant:
+def _ckpt(text: str, ref: CheckpointRef) -> ServedVariant:
     """``ckpt:PATH[+vkvf8][#name]`` -> the folder as the served model."""
-    path, _, name = body.partition("#")
-    path, *kv = path.split("+")
-    folder = Path(path).expanduser()
+    folder = Path(ref.path).expanduser()
     if folder.suffix.lower() == ".gguf":
         raise EvalsuiteError(f"variant {text!r} cannot be served by vLLM here: GGUF files are run in-process "
                              f"(drop --engine vllm) or by llama.cpp (openai:URL)")
     if not (folder / "config.json").is_file():
         raise EvalsuiteError(f"variant {text!r}: {folder} is not a model folder (no config.json)")
-    flags, scheme = _kv_part(text, kv)
-    name = name.strip() or folder.name + ("+" + kv[0] if kv else "")
+    flags, scheme = _kv_part(text, ref.kv)
+    name = ref.name or folder.name + ("+" + ref.kv.name if ref.kv is not None else "")
     return ServedVariant(name=name, model=str(folder.resolve()), flags=flags, kv_scheme=scheme, spec=text)
 
 
-def _raw(text: str, body: str, base_model: str) -> ServedVariant:
+def _raw(text: str, args: VllmArgs, base_model: str) -> ServedVariant:
     """``vllm:"ARGS"#name`` -> the baseline's model with raw flags."""
-    args, _, name = body.rpartition("#")
-    if not name.strip() or not args.strip():
-        raise EvalsuiteError(f"bad served variant {text!r}: expected vllm:\"--flag value ...\"#name")
-    try:
-        flags = tuple(shlex.split(args.strip().strip("'\"") if args.strip()[:1] in "'\"" else args))
-    except ValueError as exc:
-        raise EvalsuiteError(f"bad served variant {text!r}: {exc}") from None
+    flags = args.flags
     if "--model" in flags or "--port" in flags or "--host" in flags:
         raise EvalsuiteError(f"bad served variant {text!r}: --model/--host/--port are set by evalsuite "
                              f"(serve another model with ckpt:FOLDER)")
     dtype = flags[flags.index("--kv-cache-dtype") + 1] if "--kv-cache-dtype" in flags[:-1] else ""
     scheme = f"vLLM {dtype} KV cache (raw flags)" if dtype and dtype != "auto" else BASE_KV
-    return ServedVariant(name=name.strip(), model=base_model, flags=flags, kv_scheme=scheme, spec=text)
+    return ServedVariant(name=args.name, model=base_model, flags=flags, kv_scheme=scheme, spec=text)
+
+
+def _quant(text: str, form: QuantForm, base_model: str) -> ServedVariant:
+    """``bf16``, ``vkvf8[e4|e5]``, ``wf8[+vkvf8]``; other weights/KV forms are evalsuite's own (refused)."""
+    w = form.weights
+    if form.kv is not None and not isinstance(form.kv, VllmKV):
+        raise _refusal(text, _OWN_KV)
+    if w.fmt == "int" or w.activations != "none" or w.overrides:
+        raise _refusal(text, _QUANTO)
+    if w.fmt == "none" and form.kv is None:
+        if text.lower() not in BASELINE_ALIASES:
+            raise _refusal(text, _EXPECTED)
+        return ServedVariant(name="bf16", model=base_model, spec="bf16", baseline=True)
+    flags, scheme = _kv_part(text, form.kv)
+    weights = ("--quantization", "fp8") if w.fmt == "float8" else ()
+    name = "+".join([w.name] * bool(weights) + ([form.kv.name] if form.kv is not None else []))
+    return ServedVariant(name=name, model=base_model, flags=weights + flags, kv_scheme=scheme, spec=text)
 
 
 def parse_served(text: str, base_model: str) -> ServedVariant:
-    """One spec -> a ServedVariant; what vLLM cannot serve is a one-line EvalsuiteError."""
+    """One spec (parsed by the variant grammar) -> a ServedVariant; what vLLM cannot serve is a one-line
+    EvalsuiteError."""
     raw = text.strip()
-    low = raw.lower()
-    if low in BASELINE_ALIASES:
-        return ServedVariant(name="bf16", model=base_model, spec="bf16", baseline=True)
-    if low.startswith("ckpt:"):
-        return _ckpt(raw, raw[5:])
-    if low.startswith("vllm:"):
-        return _raw(raw, raw[5:], base_model)
-    if low.startswith("openai:"):
+    kind = spec_kind(raw)
+    if kind == "openai":
         raise EvalsuiteError(f"variant {raw!r}: openai: servers you run yourself go without --engine vllm")
-    head, *kv = raw.split("+")
-    if head.lower() in VKV and not kv:
-        flags, scheme = _kv_part(raw, [head])
-        return ServedVariant(name=low, model=base_model, flags=flags, kv_scheme=scheme, spec=raw)
-    if head.lower() == "wf8":
-        flags, scheme = _kv_part(raw, kv)
-        return ServedVariant(name=low, model=base_model, flags=("--quantization", "fp8") + flags,
-                             kv_scheme=scheme, spec=raw)
-    raise EvalsuiteError(_refusal(raw))
+    try:
+        parsed = parse_spec(raw)
+    except SpecError:
+        if kind == "ckpt":
+            raise
+        raise _refusal(raw, _EXPECTED) from None
+    if isinstance(parsed, CheckpointRef):
+        return _ckpt(raw, parsed)
+    if isinstance(parsed, VllmArgs):
+        return _raw(raw, parsed, base_model)
+    assert isinstance(parsed, QuantForm)  # openai: is refused above
+    return _quant(raw, parsed, base_model)
 
 
 def served_variants(requested: Sequence[Any], base_model: str) -> list[ServedVariant]:

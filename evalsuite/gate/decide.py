@@ -1,0 +1,43 @@
+"""The gate as a sequential run's decision function (``evalsuite.core.decision``): after each task and round the
+stored run is gated as ``evalsuite gate`` gates it, and every open check says how many more pairs it needs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from evalsuite.core.decision import Decide, Decision
+from evalsuite.core.store import Store
+from evalsuite.gate.pooled import POOLED
+from evalsuite.gate.store_gate import gate_store
+from evalsuite.gate.types import GateResult
+from evalsuite.gate.verdict import undecided
+
+
+def store_decider(policy: Path | None = None) -> Decide:
+    """A ``Decide`` that gates the stored run with ``policy`` (default: the shipped one)."""
+
+    def decide(store: Store) -> Decision:
+        return decision(gate_store(store, policy).gate)
+
+    return decide
+
+
+def decision(gate: GateResult) -> Decision:
+    """The verdicts, and per undecided (variant, task) the pairs its quickest open check needs."""
+    return Decision(dict(gate.variant_verdicts),
+                    {v: {t: pairs_to_decide(gate, v, t) for t in tasks} for v, tasks in undecided(gate).items()})
+
+
+def pairs_to_decide(gate: GateResult, variant: str, task: str) -> int:
+    """Samples of ``task`` after which its quickest open check would decide (``more_needed``), a slice check's
+    estimate scaled from its own pairs to the task's (a slice with a third of the samples needs three task samples
+    per pair), the pooled check's shared out over its tasks by their pairs. The quickest, not the slowest: one
+    check's FAIL decides the variant, and a PASSed check leaves the others to be re-estimated next round."""
+    mine = [c for c in gate.checks if c.variant == variant and c.verdict == "INCONCLUSIVE" and c.more_needed]
+    task_n = max((c.n for c in gate.checks if c.variant == variant and c.task == task), default=0)
+    needs = [-(-c.more_needed * task_n // c.n) if c.n and task_n > c.n else c.more_needed
+             for c in mine if c.task == task]
+    for c in mine:
+        share = dict(c.pools).get(task) if c.task == POOLED else None
+        if share and c.n:
+            needs.append(-(-c.more_needed * share // c.n))
+    return min(needs, default=0)
