@@ -82,10 +82,11 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--recompute-identical", is_flag=True,
               help="Generate even for a variant that computes exactly what the baseline computes (bit-identical "
                    "weights, unquantized cache); by default it takes the baseline's answers and KLD 0.")
-@click.option("--verify", "verify", type=click.Choice(["on", "off"]), default="on", show_default=True,
+@click.option("--verify", "verify", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Greedy variants are checked against the baseline's answer ids in one teacher-forced pass and "
-                   "decode only after a divergence (the same answers, docs/verification.md); off: every variant "
-                   "generates every answer.")
+                   "decode only after a divergence (the same answers, docs/verification.md). auto: where the "
+                   "compute dtype is not bf16 (in bf16 the pass and one-token steps round differently and "
+                   "regenerating is faster); on: in every dtype; off: every variant generates every answer.")
 @click.option("--verify-audit", type=float, default=0.0, show_default=True, metavar="F",
               help="Regenerate a seeded fraction F (0-1) of the verified samples in full and record how many agree.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
@@ -144,7 +145,8 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
                            kld=kld, noise_floor=noise_floor, max_samples=max_samples, round_size=round_size,
                            budget_s=parse_duration(budget) if budget is not None else None,
                            weight_kernels=weight_kernels, reuse_prompt_kv=reuse_prompt_kv,
-                           reuse_identical=not recompute_identical, verify=verify == "on",
+                           reuse_identical=not recompute_identical, verify=verify != "off",
+                           verify_bf16=verify == "on",
                            verify_audit=verify_audit)  # refuses --limit with --max-samples / --budget
         run_dir = root / (run_id or new_run_id())
     set_run_dir(run_dir)

@@ -28,6 +28,10 @@ from evalsuite.tasks.base import Sample, TaskContext
 from evalsuite.variants.spec import VariantSpec
 
 KLD_METHOD = "teacher-forced on the baseline's answer tokens (full vocabulary, in-process)"
+#: why ``--verify auto`` regenerates in bf16 (measured: docs/verification.md)
+BF16_UNVERIFIED = ("bf16 compute: a batched pass and one-token steps round differently, so verification agrees with "
+                   "regeneration less often than regeneration agrees with itself, and costs more "
+                   "(--verify on verifies anyway)")
 #: KLD rows measured by the verification pass (the baseline's generated ids, chunked as decoding flushes)
 VERIFY_KLD = "verify-pass"
 
@@ -48,6 +52,8 @@ class InProcessBackend:
     #: depend on the baseline's batching, see ``run.snapshots``)
     reuse_base_prompts: bool = False
     kld_method: str = KLD_METHOD
+    #: verify in bf16 compute too (the CLI's ``--verify auto`` turns it off: ``verifies``)
+    verify_bf16: bool = True
     base: LoadedModel | None = None
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
     _tokenizer: Any = None
@@ -204,6 +210,8 @@ class InProcessBackend:
         """"" when ``variant``'s greedy answers can be verified against the baseline's (``run.verify``), else why
         they are regenerated instead."""
         built = self.built(variant)
+        if not self.verify_bf16 and str(self.loaded.dtype).removeprefix("torch.") == "bfloat16":
+            return BF16_UNVERIFIED
         if not plain_dynamic(built.model):
             return "the model has sliding-window or linear-attention layers (a row's cache cannot be rebuilt)"
         cache = built.make_cache()
