@@ -49,9 +49,9 @@ class RunConfig:
     #: greedy variants are verified against the baseline's answer ids and decode only after a divergence
     #: (run.verify); off: every variant generates every answer
     verify: bool = True
-    #: verify in bf16 compute too (``--verify on``); by default (``auto``) bf16 runs regenerate: there a batched pass
-    #: and one-token steps round differently, so verification agrees with regeneration less often than
-    #: regeneration agrees with itself, and costs more (docs/verification.md)
+    #: verify weight-only variants in bf16 compute too (``--verify on``); by default (``auto``) they regenerate
+    #: there: most of their rows diverge, and regenerating (refill pool, KLD from their own prompt K/V) costs less
+    #: than a pass plus tails; KV-cache variants are verified in every dtype (docs/verification.md)
     verify_bf16: bool = False
     #: the fraction of verified samples regenerated in full to check the verification (seeded per sample)
     verify_audit: float = 0.0

@@ -29,9 +29,8 @@ from evalsuite.variants.spec import VariantSpec
 
 KLD_METHOD = "teacher-forced on the baseline's answer tokens (full vocabulary, in-process)"
 #: why ``--verify auto`` regenerates in bf16 (measured: docs/verification.md)
-BF16_UNVERIFIED = ("bf16 compute: a batched pass and one-token steps round differently, so verification agrees with "
-                   "regeneration less often than regeneration agrees with itself, and costs more "
-                   "(--verify on verifies anyway)")
+BF16_UNVERIFIED = ("a weight-only variant in bf16 compute: regenerating it (refill pool, KLD from its own prompt "
+                   "K/V) costs less than verifying, where most rows diverge (--verify on verifies anyway)")
 #: KLD rows measured by the verification pass (the baseline's generated ids, chunked as decoding flushes)
 VERIFY_KLD = "verify-pass"
 
@@ -52,7 +51,7 @@ class InProcessBackend:
     #: depend on the baseline's batching, see ``run.snapshots``)
     reuse_base_prompts: bool = False
     kld_method: str = KLD_METHOD
-    #: verify in bf16 compute too (the CLI's ``--verify auto`` turns it off: ``verifies``)
+    #: verify weight-only variants in bf16 compute too (the CLI's ``--verify auto`` turns it off: ``verifies``)
     verify_bf16: bool = True
     base: LoadedModel | None = None
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
@@ -210,7 +209,8 @@ class InProcessBackend:
         """"" when ``variant``'s greedy answers can be verified against the baseline's (``run.verify``), else why
         they are regenerated instead."""
         built = self.built(variant)
-        if not self.verify_bf16 and str(self.loaded.dtype).removeprefix("torch.") == "bfloat16":
+        if (not self.verify_bf16 and variant.kv is None
+                and str(self.loaded.dtype).removeprefix("torch.") == "bfloat16"):
             return BF16_UNVERIFIED
         if not plain_dynamic(built.model):
             return "the model has sliding-window or linear-attention layers (a row's cache cannot be rebuilt)"

@@ -96,18 +96,18 @@ def test_the_report_says_how_answers_were_obtained(tokenizer, tmp_path):
     assert "4 regenerated" in render_markdown(report)
 
 
-def test_bf16_compute_regenerates_unless_asked_to_verify(tiny, tmp_path):
-    """``--verify auto`` (the backend's ``verify_bf16=False``) regenerates bf16 variants and says why; ``on``
-    verifies them."""
+def test_bf16_weight_only_variants_regenerate_unless_asked_to_verify(tiny, tmp_path):
+    """``--verify auto`` (the backend's ``verify_bf16=False``) regenerates a weight-only variant in bf16 compute
+    and says why, and still verifies a KV-cache variant; ``on`` verifies both."""
     from evalsuite.engine.inprocess import BF16_UNVERIFIED, InProcessBackend
 
     assert str(tiny.dtype).removeprefix("torch.") == "bfloat16"
-    tasks = prepared(n=4, seed=2)
-    auto = run_model(tiny, tmp_path / "auto", ("bf16", "w4g32"), tasks=tasks,
+    tasks, variants = prepared(n=4, seed=2), ("bf16", "w4g32", "kv4g32r8")
+    auto = run_model(tiny, tmp_path / "auto", variants, tasks=tasks,
                      backend=InProcessBackend.of(tiny, verify_bf16=False))
     assert {r.decode for r in auto.samples("w4g32")} == {"regenerated"}
     assert auto.meta()["unverified"]["w4g32"]["copy"] == BF16_UNVERIFIED
-    on = run_model(tiny, tmp_path / "on", ("bf16", "w4g32"), tasks=tasks,
-                   backend=InProcessBackend.of(tiny, verify_bf16=True))
+    assert {r.decode.split("@")[0] for r in auto.samples("kv4g32r8")} <= {"verified", "diverged"}
+    on = run_model(tiny, tmp_path / "on", variants, tasks=tasks, backend=InProcessBackend.of(tiny, verify_bf16=True))
     assert {r.decode.split("@")[0] for r in on.samples("w4g32")} <= {"verified", "diverged"}
-    assert {r.output for r in on.samples("w4g32")} and "w4g32" not in on.meta().get("unverified", {})
+    assert "w4g32" not in on.meta().get("unverified", {})
