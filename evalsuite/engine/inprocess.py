@@ -21,6 +21,7 @@ from evalsuite.run.prompts import render_prompt
 from evalsuite.core.records import KLDResult, Reference, SampleResult, VariantInfo
 from evalsuite.run.scoring import row_seed, score_sample
 from evalsuite.engine.snapshots import PROMPT_KV_BYTES, PromptSnapshots, PromptStore
+from evalsuite.engine.kvbytes import measure_kv_bytes_per_token
 from evalsuite.engine.speed import SpeedProbe
 from evalsuite.engine.verify import Side, Verified, baseline_logprobs, verify_batch
 from evalsuite.variants.build import BuiltVariant, build_variant
@@ -296,28 +297,3 @@ def kld_order(tokenizer: Any, prompt_lens: Sequence[int], answers: Sequence[str]
     baseline's log-probs are cached per batch)."""
     ans = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
     return sorted(range(len(answers)), key=lambda j: (ans[j], prompt_lens[j], j))
-
-
-def measure_kv_bytes_per_token(variant: BuiltVariant, tokens: int = 640) -> float:
-    """Bytes the variant's cache actually holds per token after a ``tokens``-long prefill + one decode step.
-
-    The cache is filled through ``update`` with K/V of the model's shapes in the weights' dtype (what a forward
-    would write when deployed; the byte count does not depend on the values), so no model forward is spent on it.
-    """
-    import torch
-    from transformers import DynamicCache
-
-    from evalsuite.kvcache import cache_nbytes, model_dims
-
-    cfg = variant.model.config
-    cache = variant.make_cache() or DynamicCache(config=cfg)
-    layers, heads, dim = model_dims(cfg)
-    param = next(variant.model.parameters())
-    dtype = {2: torch.bfloat16, 4: torch.float32}.get(variant.float_bytes, param.dtype)
-    gen = torch.Generator().manual_seed(0)  # drawn on the CPU, then moved: the same values on every device
-    for n in (tokens, 1):
-        for i in range(layers):
-            k, v = (torch.randn(1, heads, n, dim, generator=gen).to(device=param.device, dtype=dtype)
-                    for _ in range(2))
-            cache.update(k, v, i)
-    return cache_nbytes(cache) / (tokens + 1)
