@@ -94,7 +94,7 @@ class InProcessBackend:
     def settings(self) -> dict[str, Any]:
         return {"backend": "in-process", "compute_dtype": self.loaded.dtype,
                 "device": self.loaded.meta.get("device", "cpu"), "max_batch_tokens": self.max_batch_tokens,
-                "weight_kernels": self.kernels}
+                "weight_kernels": self.kernels, "attention": self.loaded.meta.get("attention", "sdpa")}
 
     @property
     def loaded(self) -> LoadedModel:

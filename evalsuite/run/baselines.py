@@ -37,9 +37,10 @@ def library_versions() -> dict[str, str]:
 
 
 #: run settings that change outputs (batch composition changes padding and numerics; dtype changes everything)
-RUN_KEYS = ("batch_size", "max_batch_tokens", "compute_dtype", "backend", "device")
-#: what a manifest written before a key existed stored implicitly (every baseline before --device ran on the CPU)
-RUN_DEFAULTS = {"device": "cpu"}
+RUN_KEYS = ("batch_size", "max_batch_tokens", "compute_dtype", "backend", "device", "attention")
+#: what a manifest written before a key existed stored implicitly (every baseline before --device ran on the CPU,
+#: and before ``evalsuite.models.attention`` with transformers' SDPA)
+RUN_DEFAULTS = {"device": "cpu", "attention": "sdpa"}
 LIBRARIES = ("torch", "transformers", "optimum-quanto", "evalsuite")
 
 

@@ -12,10 +12,13 @@ pooled check as open on every task it pools) times the measured seconds per pair
 its share of the baseline's seconds per sample
 (the baseline answers a sample once for all the variants that need it), exceeds the budget left; or the samples
 exceed the safety cap (``max_samples``; default each stream's size, or ``DEFAULT_CAP`` for an endless one).
-Draws grow geometrically (``GROWTH``, from ``round_size``), are sized to what the open checks ask for, and are
-rounded up to whole decode batches. The run ends when nothing is open, when no open task can grow, or when the
-budget is spent (no new (variant, task) starts; a generation in progress stops after its current batch). Each
-round takes the tasks cheapest first and is re-gated after every task, so a failing variant stops on a cheap task.
+Draws grow geometrically (``GROWTH``, from ``round_size``), are sized to what the open checks ask for, rounded up
+to whole decode batches, and cut to what the budget left affords at the measured seconds per sample. The run ends
+when nothing is open, when no open task can grow, or when the budget is spent (no new (variant, task) starts; a
+generation in progress stops after its current batch). The first round takes the tasks cheapest first; later
+rounds take them by the seconds their quickest open check needs to decide (``quickest_first``), so what is left of
+the budget goes where a decision is nearest. Every round is re-gated after every task, so a failing variant stops
+as soon as it FAILs.
 The meta says why each (variant, task) stopped (``stopped``) and what a pair cost (``seconds_per_pair``).
 
 Why this keeps its error rates: the gate decides on anytime-valid confidence sequences (evalsuite.stats, docs/
@@ -87,21 +90,24 @@ class Rounds:
         self.caps = {t.name: task_cap(t, self.max_samples) for t in runner.tasks}
         if self.budget_s is not None:
             runner.set_deadline(self.started + self.budget_s)
+        needs: dict[str, dict[str, int]] | None = None  # after a round: variant -> task -> pairs still needed
         while True:
             n_round += 1
-            self.cheapest_first(runner)
+            if needs is None:  # later rounds are ordered (quickest_first) when they are drawn
+                self.cheapest_first(runner)
             self.one_round(runner, variants, active)
             self._store(runner, n_round)
             if runner.out_of_time():
                 self.stop_reason = f"budget of {self.budget_s:g} s spent"
                 self._mark(active, "budget spent")
                 break
-            active = self._still_open(runner, variants)
+            active = needs = self._still_open(runner, variants)
             if not active:
                 reach = any(self.out_of_reach.values())
                 self.stop_reason = "every check decided" + (" or out of reach" if reach else "")
                 break
-            if not self._draw(runner, active):
+            self.quickest_first(runner, needs, variants[0].name)
+            if not self.draw(runner, needs, variants[0].name):
                 self.stop_reason = "sample cap reached: " + ", ".join(f"{t} ({why})" for t, why in
                                                                       sorted(self.capped.items()))
                 self._mark(active, "cap reached")
@@ -116,6 +122,19 @@ class Rounds:
         so a budget cuts the expensive tasks and a failing variant is found on a cheap one."""
         names = [t.name for t in runner.tasks]
         runner.reorder(sorted(names, key=lambda n: (runner.cost_per_sample(n) or 0.0, names.index(n))))
+
+    def quickest_first(self, runner: RoundsRunner, needs: dict[str, dict[str, int]], base: str) -> None:
+        """After a round: order the tasks by the seconds their quickest open check needs to decide (``needs``:
+        variant -> task -> pairs; ``pair_seconds`` each), so what is left of the budget goes where a decision is
+        nearest; a task no open variant needs goes last."""
+        names = [t.name for t in runner.tasks]
+        sharing = {t: sum(t in n for n in needs.values()) for t in names}
+
+        def seconds(task: str) -> float:
+            return min((n[task] * self.pair_seconds(v, task, sharing[task], base)
+                        for v, n in needs.items() if task in n), default=float("inf"))
+
+        runner.reorder(sorted(names, key=lambda n: (seconds(n), names.index(n))))
 
     def one_round(self, runner: RoundsRunner, variants: Sequence[VariantRef], active: dict[str, set[str]]) -> None:
         """A round task by task: the baseline, then every open variant, each timed (seconds per pair); a variant
@@ -142,6 +161,15 @@ class Rounds:
         if pairs > 0:
             cost = self.costs.setdefault(f"{name}/{task}", [0.0, 0])
             cost[0], cost[1] = cost[0] + time.monotonic() - t0, cost[1] + pairs
+
+    def pair_seconds(self, variant: str, task: str, sharing: int, base: str) -> float:
+        """Seconds one more pair of ``variant`` on ``task`` costs: its own, plus its share of the baseline's (the
+        baseline answers a sample once for the ``sharing`` variants that need it)."""
+        return self.per_pair(variant, task) + self.per_pair(base, task) / max(sharing, 1)
+
+    def budget_left(self) -> float | None:
+        """Seconds of the budget left (None: no budget)."""
+        return self.started + self.budget_s - time.monotonic() if self.budget_s is not None else None
 
     def per_pair(self, name: str, task: str) -> float:
         """Measured seconds per pair of ``name`` on ``task`` (0.0 when not measured: a stored baseline, a copy)."""
@@ -181,8 +209,8 @@ class Rounds:
     def fits(self, variant: str, task: str, need: int, drawn: int, sharing: int, base: str) -> bool:
         """Whether ``need`` more pairs fit in the cap and the budget left; else recorded, said once, and False."""
         room = self.caps.get(task, DEFAULT_CAP) - drawn
-        seconds = need * (self.per_pair(variant, task) + self.per_pair(base, task) / max(sharing, 1))
-        left = self.started + self.budget_s - time.monotonic() if self.budget_s is not None else None
+        seconds = need * self.pair_seconds(variant, task, sharing, base)
+        left = self.budget_left()
         if need <= room and (left is None or seconds <= left):
             self.out_of_reach.get(variant, {}).pop(task, None)
             self.stopped.get(variant, {}).pop(task, None)
@@ -196,18 +224,28 @@ class Rounds:
         self.stopped.setdefault(variant, {})[task] = "out of reach: " + why
         return False
 
-    def _draw(self, runner: RoundsRunner, active: dict[str, dict[str, int]]) -> bool:
-        """Draw the next samples of every task an open variant needs; False when none of them can grow."""
-        grew = False
+    def draw(self, runner: RoundsRunner, needs: dict[str, dict[str, int]], base: str) -> bool:
+        """Draw the next samples of every task an open variant needs, in the runner's (quickest-first) order;
+        False when none of them can grow. With a budget, a draw is cut to what the budget left affords at the
+        measured seconds per sample (the baseline's and every variant's that needs the task), after the draws
+        before it: whole batches where they fit, never fewer than the smallest need (which ``fits`` checked)."""
+        grew, left = False, self.budget_left()
         for task in runner.tasks:
-            wants = [need[task.name] for need in active.values() if task.name in need]
+            wants = {v: need[task.name] for v, need in needs.items() if task.name in need}
             if not wants or task.name in self.capped:
                 continue
             room = self.caps.get(task.name, DEFAULT_CAP) - len(task.samples)
-            k = draw_size(max(wants), self.steps.get(task.name, self.round_size), self.batch_size, room)
+            k = draw_size(max(wants.values()), self.steps.get(task.name, self.round_size), self.batch_size, room)
             if room <= 0:
                 self.capped[task.name] = f"cap {self.caps.get(task.name)}"
                 continue
+            if left is not None:
+                per_sample = self.per_pair(base, task.name) + sum(self.per_pair(v, task.name) for v in wants)
+                afford = int(left // per_sample) if per_sample > 0 else k
+                if grew and afford < min(wants.values()):
+                    continue  # the draws before it took what is left; next round, if any
+                k = min(k, max(afford, min(wants.values()), 1))
+                left -= k * per_sample
             if task.draw(k) == 0:
                 self.capped[task.name] = f"its {len(task.samples)} samples are all used"
                 continue

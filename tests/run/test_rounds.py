@@ -11,6 +11,7 @@ from evalsuite.engine.inprocess import InProcessBackend
 from evalsuite.run.pipeline import execute
 from evalsuite.core.store import Store
 from evalsuite.tasks.registry import Registry
+from tests.conftest import prepared
 from tests.toytask import CopyTask
 
 VARIANTS = ["bf16", {"name": "noop", "spec": "bf16"}, "w2g32"]
@@ -254,3 +255,57 @@ def test_bad_budgets_and_caps_are_one_line_exit_2(tmp_path, args, says):
                           "--out", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 2 and says in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+class _Tasks:
+    """What ``quickest_first`` and ``draw`` use of a Runner: its tasks (PreparedTasks) and ``reorder``."""
+
+    def __init__(self, tasks):
+        self.tasks = list(tasks)
+
+    def reorder(self, names):
+        by_name = {t.name: t for t in self.tasks}
+        self.tasks = [by_name[n] for n in names]
+
+
+def _three_tasks():
+    """Three 200-sample streams, 16 samples drawn from each."""
+    tasks = [prepared(type(n, (BigCopyTask,), {"name": n})(), n=200)[0] for n in ("cheap", "near", "far")]
+    for t in tasks:
+        del t.samples[16:]
+    return tasks
+
+
+def test_later_rounds_go_where_a_decision_is_nearest():
+    from evalsuite.run.rounds import Rounds
+
+    runner = _Tasks(_three_tasks())
+    rounds = Rounds(round_size=16, batch_size=8)
+    # seconds per pair: the baseline 0.1 everywhere; "cheap" costs little a pair but needs many pairs
+    rounds.costs = {"bf16/cheap": [1.6, 16], "v/cheap": [1.6, 16], "bf16/near": [16.0, 16], "v/near": [32.0, 16],
+                    "bf16/far": [1.6, 16], "v/far": [3.2, 16]}
+    needs = {"v": {"cheap": 400, "near": 5, "far": 300}}  # cheap 400 x 0.2 = 80 s, near 5 x 3 = 15 s, far 90 s
+    rounds.quickest_first(runner, needs, "bf16")
+    assert [t.name for t in runner.tasks] == ["near", "cheap", "far"]
+    rounds.quickest_first(runner, {"v": {"far": 1}}, "bf16")
+    assert [t.name for t in runner.tasks][0] == "far"  # a task no open variant needs goes last, in place
+
+
+def test_a_draw_is_cut_to_what_the_budget_left_affords():
+    from evalsuite.run.rounds import Rounds
+
+    runner = _Tasks(_three_tasks())
+    rounds = Rounds(round_size=16, batch_size=32, budget_s=100.0)
+    rounds.costs = {"bf16/near": [16.0, 16], "v/near": [32.0, 16], "bf16/far": [16.0, 16], "v/far": [16.0, 16]}
+    needs = {"v": {"near": 5, "far": 10}}
+    rounds.quickest_first(runner, needs, "bf16")
+    assert rounds.draw(runner, needs, "bf16")
+    drawn = {t.name: len(t.samples) - 16 for t in runner.tasks}
+    # near: a whole batch of 32 would take 32 x 3 s = 96 s; ~100 s affords 33, so the batch stands (96 s), and
+    # far (2 s a sample) gets what is left, ~4 s: fewer than its need of 10, so nothing this round
+    assert drawn == {"near": 32, "far": 0, "cheap": 0}
+    rounds = Rounds(round_size=16, batch_size=32, budget_s=30.0)
+    rounds.costs = {"bf16/near": [16.0, 16], "v/near": [32.0, 16]}
+    runner = _Tasks(_three_tasks())
+    assert rounds.draw(runner, {"v": {"near": 5}}, "bf16")
+    assert len(next(t for t in runner.tasks if t.name == "near").samples) - 16 == 9  # 30 s / 3 s, not a batch

@@ -1,0 +1,97 @@
+"""Decode attention: transformers' SDPA against evalsuite's single-query kernel (``evalsuite.models.attention``),
+side by side in one process on the same prompts.
+
+Two parts: the attention call alone at SmolLM2-135M's head shape (9 query heads over 3 K/V heads, head dim 64),
+with and without a padding mask; then the embedded model generating a task's answers through the engine
+(``iter_generate``, the refilled pool) under each kernel, with the share of identical answers.
+
+    .venv/bin/python benchmarks/decode_attention.py --task needle --n 16
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from evalsuite.core.config import RunConfig
+from evalsuite.engine.generate import iter_generate, shared_prefix_len
+from evalsuite.models.attention import NAME, decode_attention, register
+from evalsuite.models.loader import load_model
+from evalsuite.run.prepare import prepare_tasks
+from evalsuite.run.prompts import render_prompt
+from evalsuite.tasks.registry import default_registry
+
+
+def per_call_ms(fn: Callable[[], object], n: int = 20) -> float:
+    fn()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n * 1000
+
+
+def kernel_table(dtype: torch.dtype) -> None:
+    """The attention call alone: ms per layer call, and the max error of each against a float32 reference."""
+    heads, kv_heads, dim = 9, 3, 64
+    for batch, length in ((16, 300), (16, 2048), (1, 2048)):
+        q = torch.randn(batch, heads, 1, dim, dtype=dtype)
+        k, v = (torch.randn(batch, kv_heads, length, dim, dtype=dtype) for _ in range(2))
+        mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
+        mask[: batch // 2, :, :, :7] = False  # left padding on half the rows
+        for label, m in (("no mask", None), ("padding mask", mask)):
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=m, enable_gqa=True)
+            with torch.inference_mode():
+                t_sdpa = per_call_ms(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True))
+                t_ours = per_call_ms(lambda: decode_attention(q, k, v, m, dim ** -0.5))
+                e_sdpa = (F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True).float()
+                          - ref).abs().max().item()
+                e_ours = (decode_attention(q, k, v, m, dim ** -0.5).transpose(1, 2).float() - ref).abs().max().item()
+            print(f"  {str(dtype)[6:]:8} batch {batch:2} context {length:4} {label:12}: SDPA {t_sdpa:6.2f} ms "
+                  f"(err {e_sdpa:.1e})  evalsuite {t_ours:6.2f} ms (err {e_ours:.1e})  {t_sdpa / t_ours:4.1f}x")
+
+
+def generate_side_by_side(task_name: str, n: int, batch: int) -> None:
+    """The embedded model answering ``n`` samples of a task under each kernel (alternating, twice each)."""
+    base = load_model("default", "auto", "cpu")
+    task = prepare_tasks(RunConfig(tasks=[task_name], limit=n), default_registry())[0]
+    tok = base.tokenizer
+    prompts = [render_prompt(s, tok) for s in task.samples]
+    p = shared_prefix_len(tok, prompts)
+    register()
+    times: dict[str, list[float]] = {"sdpa": [], NAME: []}
+    answers: dict[str, list[tuple[int, ...]]] = {}
+    for kernel in ["sdpa", NAME, "sdpa", NAME]:
+        base.model.set_attn_implementation(kernel)
+        start, out = time.perf_counter(), {}
+        for idx, gens in iter_generate(base.model, tok, prompts, task.gen, None, batch, prefix_len=p):
+            out.update({i: g.ids for i, g in zip(idx, gens)})
+        times[kernel].append(time.perf_counter() - start)
+        answers[kernel] = [out[i] for i in range(len(prompts))]
+    tokens = sum(len(a) for a in answers["sdpa"])
+    same = sum(a == b for a, b in zip(answers["sdpa"], answers[NAME]))
+    print(f"  {task_name}: {len(prompts)} samples, {tokens} answer tokens, dtype {base.dtype}, batch {batch}, "
+          f"torch threads {torch.get_num_threads()}")
+    print(f"  generate: SDPA {min(times['sdpa']):.1f} s, evalsuite {min(times[NAME]):.1f} s (min of 2 each): "
+          f"{min(times['sdpa']) / min(times[NAME]):.2f}x; identical answers {same}/{len(prompts)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", default="needle")
+    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--skip-generate", action="store_true")
+    args = ap.parse_args()
+    print("attention call (ms per layer call):")
+    for dtype in (torch.bfloat16, torch.float32):
+        kernel_table(dtype)
+    if not args.skip_generate:
+        print("the embedded model generating through the engine:")
+        generate_side_by_side(args.task, args.n, args.batch)
+
+
+if __name__ == "__main__":
+    main()

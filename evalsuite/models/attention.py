@@ -1,0 +1,84 @@
+"""The attention every in-process model runs: transformers' SDPA, except for single-query decode steps.
+
+A decode step attends one query per row to the whole cache. On the CPU, PyTorch's fused SDPA kernel
+(``_scaled_dot_product_flash_attention_for_cpu``) is slow at that shape in bf16: measured on a 2-core AVX-512-bf16
+EPYC at SmolLM2-135M's shape (9 query heads over 3 K/V heads, head dim 64), batch 16, a layer's call takes 3.2 ms
+at 300 cached tokens and 19.6 ms at 2,048 (54% of an unpadded decode step's CPU time at 300), against 0.5 and
+3.2 ms for the same product as two batched matmuls (the query heads grouped onto their K/V head, no
+``repeat_kv``) with float32 scores and softmax (``benchmarks/decode_attention.py``). Its error against a float32
+reference is the fused kernel's (both accumulate in float32). Prefill, every multi-token chunk and float32 (where
+SDPA is as fast) keep SDPA. In the engine the gain is smaller than the call's, because transformers already packs
+the query heads at a padded decode step: the embedded model's needle answers (16 samples, bf16, batch 16) generate
+in 36.3 s against 38.3 s, and a batch-16 step at 1,200 cached tokens takes 156 ms against 174 ms.
+
+What it changes: float rounding only. Answers generated with it can differ from SDPA's where two tokens nearly tie,
+as between any two kernels, so the kernel is part of a run's settings (``attention``) and of a stored baseline's
+key: a baseline generated with another kernel is regenerated, never mixed in.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+NAME = "evalsuite_sdpa"  #: the name registered with transformers' AttentionInterface
+HALF = (torch.bfloat16, torch.float16)  #: dtypes whose decode steps take ``decode_attention`` (fp32 keeps SDPA)
+
+
+def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                     scaling: float) -> torch.Tensor:
+    """Attention of one query per row: query [B, H, 1, D], key/value [B, KH, L, D] (H a multiple of KH), mask
+    None or [B, 1, 1, L] (bool: True attends; or additive float). Returns [B, 1, H, D] (transformers' layout)."""
+    b, h, _, d = query.shape
+    kh, length = key.shape[1], key.shape[2]
+    grouped = query.reshape(b, kh, h // kh, d)  # query head j uses K/V head j // (h // kh), as repeat_kv does
+    scores = torch.matmul(grouped.float(), key.float().transpose(-1, -2)) * scaling  # [B, KH, G, L]
+    if mask is not None:
+        mask = mask.reshape(mask.shape[0], 1, 1, length)
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
+    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    out = torch.matmul(probs, value)  # [B, KH, G, Dv]
+    return out.reshape(b, 1, h, value.shape[-1])
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                      **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature: ``decode_attention`` for a single bf16/fp16 query without
+    dropout, softcap or position bias, else transformers' own ``sdpa_attention_forward`` (float32 is unchanged:
+    SDPA is as fast there, and fp32 runs stay bit-identical to before)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    single = query.shape[2] == 1 and query.shape[1] % key.shape[1] == 0 and query.dtype in HALF
+    plain = not dropout and kwargs.get("softcap") is None and kwargs.get("position_bias") is None
+    mask_ok = attention_mask is None or attention_mask.shape[-2] == 1 and attention_mask.shape[1] == 1
+    if single and plain and mask_ok and not kwargs.get("output_attentions"):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return decode_attention(query, key, value, attention_mask, scale), None
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                  **kwargs)
+
+
+def register() -> str:
+    """Register ``NAME`` with transformers (attention and its mask: SDPA's); idempotent. Returns ``NAME``."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(NAME, attention_forward)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+    return NAME
+
+
+def use_decode_attention(model: Any) -> str:
+    """Switch ``model`` (loaded with SDPA) to ``NAME``; a model on another implementation (eager, flash, a
+    remote-code model) keeps it. Returns the implementation the model now runs."""
+    config = getattr(model, "config", None)
+    current = getattr(config, "_attn_implementation", None)
+    if current != "sdpa":
+        return str(current)
+    register()
+    try:
+        model.set_attn_implementation(NAME)
+    except (ValueError, AttributeError, ImportError):  # a model class that refuses custom kernels keeps SDPA
+        return "sdpa"
+    return str(model.config._attn_implementation)
