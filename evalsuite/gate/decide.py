@@ -3,12 +3,13 @@ stored run is gated as ``evalsuite gate`` gates it, and every open check says ho
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.gate.pooled import POOLED
 from evalsuite.gate.store_gate import gate_store
-from evalsuite.gate.types import GateResult
+from evalsuite.gate.types import CheckResult, GateResult
 from evalsuite.gate.verdict import undecided
 
 
@@ -22,17 +23,34 @@ def store_decider(policy: Path | None = None) -> Decide:
 
 
 def decision(gate: GateResult) -> Decision:
-    """The verdicts, and per undecided (variant, task) the pairs its quickest open check needs."""
-    return Decision(dict(gate.variant_verdicts),
-                    {v: {t: pairs_to_decide(gate, v, t) for t in tasks} for v, tasks in undecided(gate).items()})
+    """The verdicts, and per undecided (variant, task) the pairs its quickest open check needs (and, apart, its
+    quickest check heading to a FAIL)."""
+    open_ = {v: {t: pairs_to_decide(gate, v, t) for t in tasks} for v, tasks in undecided(gate).items()}
+    failing = {v: {t: n for t in tasks if (n := pairs_to_decide(gate, v, t, leans_fail))}
+               for v, tasks in undecided(gate).items()}
+    return Decision(dict(gate.variant_verdicts), open_, {v: t for v, t in failing.items() if t})
 
 
-def pairs_to_decide(gate: GateResult, variant: str, task: str) -> int:
-    """Samples of ``task`` after which its quickest open check would decide (``more_needed``), a slice check's
-    estimate scaled from its own pairs to the task's (a slice with a third of the samples needs three task samples
-    per pair), the pooled check's shared out over its tasks by their pairs. The quickest, not the slowest: one
-    check's FAIL decides the variant, and a PASSed check leaves the others to be re-estimated next round."""
-    mine = [c for c in gate.checks if c.variant == variant and c.verdict == "INCONCLUSIVE" and c.more_needed]
+def leans_fail(check: CheckResult) -> bool:
+    """Whether an open check's observed value is already beyond its threshold (its estimate heads to a FAIL)."""
+    if check.task == POOLED:
+        return check.observed < 0
+    if check.check == "max_drop":
+        return check.observed < -check.threshold
+    if check.check == "max_flip_rate":
+        return check.observed > check.threshold
+    return False
+
+
+def pairs_to_decide(gate: GateResult, variant: str, task: str,
+                    among: Callable[[CheckResult], bool] = lambda c: True) -> int:
+    """Samples of ``task`` after which its quickest open check (of those ``among`` selects) would decide
+    (``more_needed``), a slice check's estimate scaled from its own pairs to the task's (a slice with a third of
+    the samples needs three task samples per pair), the pooled check's shared out over its tasks by their pairs.
+    The quickest, not the slowest: one check's FAIL decides the variant, and a PASSed check leaves the others to
+    be re-estimated next round."""
+    mine = [c for c in gate.checks if c.variant == variant and c.verdict == "INCONCLUSIVE" and c.more_needed
+            and among(c)]
     task_n = max((c.n for c in gate.checks if c.variant == variant and c.task == task), default=0)
     needs = [-(-c.more_needed * task_n // c.n) if c.n and task_n > c.n else c.more_needed
              for c in mine if c.task == task]

@@ -80,6 +80,7 @@ class Rounds:
     costs: dict[str, list[float]] = field(default_factory=dict)  # "variant/task" -> [seconds, pairs]
     caps: dict[str, int] = field(default_factory=dict)  # task -> its cap
     steps: dict[str, int] = field(default_factory=dict)  # task -> its last draw
+    failing: dict[str, dict[str, int]] = field(default_factory=dict)  # the last Decision.failing
 
     def drive(self, runner: RoundsRunner, variants: Sequence[VariantRef]) -> None:
         """Rounds until decided, capped or out of budget; the final state is stored in the run's meta."""
@@ -124,17 +125,23 @@ class Rounds:
         runner.reorder(sorted(names, key=lambda n: (runner.cost_per_sample(n) or 0.0, names.index(n))))
 
     def quickest_first(self, runner: RoundsRunner, needs: dict[str, dict[str, int]], base: str) -> None:
-        """After a round: order the tasks by the seconds their quickest open check needs to decide (``needs``:
-        variant -> task -> pairs; ``pair_seconds`` each), so what is left of the budget goes where a decision is
-        nearest; a task no open variant needs goes last."""
+        """After a round: order the tasks by how near a decision their samples bring a variant, so what is left
+        of the budget goes there. First the tasks where a check heading to a FAIL (``Decision.failing``: its
+        estimate is already beyond its threshold) is open, since one such check deciding decides the variant; then
+        the rest. Within each, by the seconds the quickest open check needs (pairs x ``pair_seconds``); a task no
+        open variant needs goes last."""
         names = [t.name for t in runner.tasks]
         sharing = {t: sum(t in n for n in needs.values()) for t in names}
 
-        def seconds(task: str) -> float:
+        def seconds(task: str, among: dict[str, dict[str, int]]) -> float:
             return min((n[task] * self.pair_seconds(v, task, sharing[task], base)
-                        for v, n in needs.items() if task in n), default=float("inf"))
+                        for v, n in among.items() if v in needs and task in n), default=float("inf"))
 
-        runner.reorder(sorted(names, key=lambda n: (seconds(n), names.index(n))))
+        def key(task: str) -> tuple[float, float, int]:
+            fail = seconds(task, self.failing)
+            return (0, fail, names.index(task)) if fail < float("inf") else (1, seconds(task, needs), names.index(task))
+
+        runner.reorder(sorted(names, key=key))
 
     def one_round(self, runner: RoundsRunner, variants: Sequence[VariantRef], active: dict[str, set[str]]) -> None:
         """A round task by task: the baseline, then every open variant, each timed (seconds per pair); a variant
@@ -191,6 +198,7 @@ class Rounds:
         if len(variants) < 2:
             return {}
         decision = self.decision(runner)
+        self.failing = {v: dict(t) for v, t in decision.failing.items()}
         drawn = {t.name: len(t.samples) for t in runner.tasks}
         needs = decision.open
         for v in (v.name for v in variants[1:]):

@@ -143,6 +143,39 @@ def test_pairs_to_decide_takes_the_quickest_open_check_in_task_samples():
     assert pairs_to_decide(gate, "w", "t") == 500 and pairs_to_decide(gate, "v", "other") == 0
 
 
+def test_the_decision_says_which_open_checks_head_to_a_fail():
+    from evalsuite.gate.decide import decision, leans_fail
+    from evalsuite.gate.pooled import POOLED
+    from evalsuite.gate.types import CheckResult, GateResult
+
+    def check(task, kind, threshold, observed, more, pools=()):
+        return CheckResult("v", task, "all", kind, threshold, observed, "INCONCLUSIVE", "", None, 16, more,
+                           pools=pools)
+
+    drop, near = check("needle", "max_drop", 0.05, -0.375, 2), check("json", "max_drop", 0.05, -0.01, 700)
+    churn, calm = check("code", "max_flip_rate", 0.2, 0.4, 50), check("code", "max_flip_rate", 0.2, 0.1, 9)
+    pooled = check(POOLED, "pooled_max_drop", 0.0, -0.09, 84, pools=(("needle", 16), ("json", 16)))
+    assert [leans_fail(c) for c in (drop, near, churn, calm, pooled)] == [True, False, True, False, True]
+    got = decision(GateResult(checks=[drop, near, churn, calm], variant_verdicts={"v": "INCONCLUSIVE"}))
+    assert got.open == {"v": {"needle": 2, "json": 700, "code": 9}}
+    assert got.failing == {"v": {"needle": 2, "code": 50}}  # code's quickest check (9) heads to a PASS
+
+
+def test_a_check_heading_to_a_fail_goes_first():
+    from evalsuite.run.rounds import Rounds
+
+    runner = _Tasks(_three_tasks())
+    rounds = Rounds(round_size=16, batch_size=8)
+    rounds.costs = {"bf16/cheap": [1.6, 16], "kv/cheap": [1.6, 16], "w/cheap": [1.6, 16],
+                    "bf16/near": [16.0, 16], "kv/near": [16.0, 16], "w/near": [32.0, 16]}
+    needs = {"kv": {"cheap": 27, "near": 16}, "w": {"cheap": 400, "near": 2}}
+    rounds.quickest_first(runner, needs, "bf16")
+    assert [t.name for t in runner.tasks][:2] == ["cheap", "near"]  # kv's 27 cheap pairs: ~4 s, w's 2: ~5 s
+    rounds.failing = {"w": {"near": 2}}  # w's needle estimate is beyond its tolerance: its FAIL is 2 pairs away
+    rounds.quickest_first(runner, needs, "bf16")
+    assert [t.name for t in runner.tasks][:2] == ["near", "cheap"]
+
+
 def test_a_check_out_of_reach_of_max_samples_stops_drawing(tiny, tmp_path, policy):
     lines = []
     config = RunConfig(model="tiny", variants=["bf16", "w4g64"], tasks=["copy"], batch_size=8, max_samples=40,
