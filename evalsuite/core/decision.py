@@ -20,8 +20,8 @@ class Decision:
     #: variant -> task -> pairs after which its quickest open check would decide (0: no estimate); a variant that
     #: FAILs, or whose checks on a task are decided, has no entry for it
     open: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    #: the part of ``open`` heading to a FAIL: variant -> task -> pairs its quickest open check whose observed value
-    #: is already beyond its threshold needs (one such check deciding decides the variant; a PASS needs them all)
+    #: the part of ``open`` heading to a FAIL: variant -> task -> pairs its quickest open per-task check whose
+    #: observed value is already beyond its threshold needs (one such check deciding decides the variant; a PASS needs them all)
     failing: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property

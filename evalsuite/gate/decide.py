@@ -32,9 +32,11 @@ def decision(gate: GateResult) -> Decision:
 
 
 def leans_fail(check: CheckResult) -> bool:
-    """Whether an open check's observed value is already beyond its threshold (its estimate heads to a FAIL)."""
+    """Whether an open per-task check's observed value is already beyond its threshold (its estimate heads to a
+    FAIL). The pooled check is not counted: its need is shared over every task it pools, and pairs of a task
+    whose own margin is above the pooled mean pull its bound away from a FAIL, not towards it."""
     if check.task == POOLED:
-        return check.observed < 0
+        return False
     if check.check == "max_drop":
         return check.observed < -check.threshold
     if check.check == "max_flip_rate":

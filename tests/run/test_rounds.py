@@ -155,9 +155,9 @@ def test_the_decision_says_which_open_checks_head_to_a_fail():
     drop, near = check("needle", "max_drop", 0.05, -0.375, 2), check("json", "max_drop", 0.05, -0.01, 700)
     churn, calm = check("code", "max_flip_rate", 0.2, 0.4, 50), check("code", "max_flip_rate", 0.2, 0.1, 9)
     pooled = check(POOLED, "pooled_max_drop", 0.0, -0.09, 84, pools=(("needle", 16), ("json", 16)))
-    assert [leans_fail(c) for c in (drop, near, churn, calm, pooled)] == [True, False, True, False, True]
-    got = decision(GateResult(checks=[drop, near, churn, calm], variant_verdicts={"v": "INCONCLUSIVE"}))
-    assert got.open == {"v": {"needle": 2, "json": 700, "code": 9}}
+    assert [leans_fail(c) for c in (drop, near, churn, calm, pooled)] == [True, False, True, False, False]
+    got = decision(GateResult(checks=[drop, near, churn, calm, pooled], variant_verdicts={"v": "INCONCLUSIVE"}))
+    assert got.open == {"v": {"needle": 2, "json": 84, "code": 9}}  # json: the pooled check's share (84 x 16/16)
     assert got.failing == {"v": {"needle": 2, "code": 50}}  # code's quickest check (9) heads to a PASS
 
 
