@@ -273,11 +273,12 @@ def main() -> None:
     ap.add_argument("--single", action=argparse.BooleanOptionalAction, default=True, help="the one-task tables")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    from gate_simulation_tasks import print_multi, set_prior
+    from gate_simulation_tasks import print_adaptive, print_multi, set_prior
 
     set_prior(args.prior)
     if args.tasks:
         print_multi(args.reps, [int(x) for x in args.tasks.split(",")])
+        print_adaptive(args.reps)
     for t in args.max_drop if args.single else []:
         rows = simulate(t, args.reps, args.cap, args.round, fixed_max=max(2000, args.cap))
         print_sequential(rows, t, args.round, args.cap)
