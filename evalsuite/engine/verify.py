@@ -22,7 +22,6 @@ from typing import Any, Sequence
 
 import torch
 
-from evalsuite.kvcache import track_mask
 from evalsuite.engine.decoder import Decoded, Prefix, decode_from, fill_cache
 from evalsuite.engine.forced import Forced, PromptKV, forced_pass
 from evalsuite.core.records import Reference
@@ -74,21 +73,15 @@ def kld_rows(logits: torch.Tensor, base_lp: torch.Tensor) -> tuple[list[float], 
 
 @torch.no_grad()
 def decode_tails(forced: Forced, tokenizer: Any, refs: Sequence[Reference], starts: dict[int, int],
-                 make_cache: Any, gen: GenSettings, stop_ids: set[int]) -> dict[int, Decoded]:
-    """Decode each row ``r`` of ``starts`` from its divergence ``starts[r]``: the baseline's first ``t`` tokens
-    kept, the cache rebuilt for the prompt + the first ``t - 1`` of them, token ``t - 1`` fed as a step (``t = 0``:
-    the prompt's cache and the pass's prefill logits, as decoding starts)."""
-    out: dict[int, Decoded] = {}
-    for group in ([r for r, t in starts.items() if t == 0], [r for r, t in starts.items() if t > 0]):
-        if group:
-            out.update(_decode_group(forced, tokenizer, refs, starts, group, make_cache, gen, stop_ids))
-    return out
-
-
-def _decode_group(forced: Forced, tokenizer: Any, refs: Sequence[Reference], starts: dict[int, int],
-                  group: list[int], make_cache: Any, gen: GenSettings, stop_ids: set[int]) -> dict[int, Decoded]:
+                 first: dict[int, torch.Tensor], make_cache: Any, gen: GenSettings, stop_ids: set[int]
+                 ) -> dict[int, Decoded]:
+    """Decode every row ``r`` of ``starts`` from its divergence ``t = starts[r]``, all rows in one batch: the
+    baseline's first ``t`` tokens kept, the cache rebuilt for the prompt + those ``t`` tokens (their K/V from the
+    pass, which computed them as decoding does), and the pass's own logits at position ``t`` (``first[r]``;
+    ``t = 0``: the prompt's logits, as decoding starts) picking the first token of the tail."""
+    group = sorted(starts)
     model = forced.model
-    lens = [forced.prompt_len[r] + max(starts[r] - 1, 0) for r in group]
+    lens = [forced.prompt_len[r] + starts[r] for r in group]
     kv = [forced.row_kv(r, n) for r, n in zip(group, lens)]
     width, dev = max(lens), forced.mask.device
     mask = torch.zeros(len(group), width, dtype=forced.mask.dtype, device=dev)
@@ -103,15 +96,7 @@ def _decode_group(forced: Forced, tokenizer: Any, refs: Sequence[Reference], sta
             mask[b, width - n:] = 1
         layers.append((k, v))
     cache = fill_cache(layers, make_cache(), model.config, mask=mask)
-    if starts[group[0]] == 0:
-        logits = forced.last[group]
-    else:
-        tok = torch.tensor([[refs[r].ids[starts[r] - 1]] for r in group], device=dev)
-        mask = torch.cat([mask, mask.new_ones(len(group), 1)], dim=1)
-        track_mask(cache, mask)
-        step = model(input_ids=tok, attention_mask=mask, position_ids=torch.tensor(lens, device=dev)[:, None],
-                     cache=cache, use_cache=True)
-        logits = step.logits[:, -1, :]
+    logits = torch.stack([first[r] for r in group]).to(forced.last.dtype)
     rows = [Decoded(ids=list(refs[r].ids[: starts[r]])) for r in group]
     done = decode_from(model, tokenizer, cache, logits, mask, gen, stop_ids, None, rows, [])
     return dict(zip(group, done))
@@ -155,13 +140,16 @@ def verify_batch(var: Side, tokenizer: Any, rows: Sequence[Sequence[int]], refs:
     ``var.prefix``): one pass for choices and KLD, then step-by-step tails for the rows that diverged."""
     f = forced_pass(var.model, rows, var.prefix, var.make_cache(True), tokenizer.pad_token_id,
                     [r.ids[: r.fed] for r in refs], var.snapshot)
-    checks, klds = [], []
+    checks, klds, first = [], [], {}
     for r, ref in enumerate(refs):
         logits = f.logits(r)
         checks.append(first_divergence(logits, ref, stop_ids))
         klds.append(kld_rows(logits, base_lp[r]))
+        if checks[-1].diverged is not None:
+            first[r] = logits[checks[-1].diverged]
     starts = {r: c.diverged for r, c in enumerate(checks) if c.diverged is not None}
-    tails = decode_tails(f, tokenizer, refs, starts, lambda: var.make_cache(False), gen, stop_ids) if starts else {}
+    tails = (decode_tails(f, tokenizer, refs, starts, first, lambda: var.make_cache(False), gen, stop_ids)
+             if starts else {})
     out = []
     for r, ref in enumerate(refs):
         if r in tails:

@@ -131,6 +131,66 @@ def test_verified_answers_equal_decoded_ones(fp32, w8, kind):
         assert any(differs)
 
 
+@pytest.mark.parametrize("kind", ["w8", "int4", "int2-token-keys", "int4-quantized-prefill", "int8-r32", "w8+int4"])
+def test_tails_diverging_at_different_positions_decode_as_the_variant_does(fp32, w8, kind):
+    """References that differ from the variant's own answers at position 0, 3 and 12 (flushes of a group-8
+    residual-8 cache fall inside the kept prefix): the tails, decoded in one batch from the pass's K/V and logits,
+    reproduce the variant's own step-by-step answers exactly."""
+    gen = GenSettings(max_new_tokens=30)
+    rows = ROWS + [[30, 31], [40, 41, 42, 43]]
+    model = w8 if kind.startswith("w8") else fp32
+    cfg = KV.get(kind.split("+")[-1])
+    own = decode(model, Tok(), rows, gen, None, make_cache(cfg, model.config) if cfg else None, {1})
+    refs, wrong = [], {0: 0, 1: 3, 3: 12}  # row -> the position where its reference departs
+    for r, d in enumerate(own):
+        ids = list(d.ids)
+        if r in wrong and len(ids) > wrong[r]:
+            ids[wrong[r]] = 2 + (ids[wrong[r]] + 1) % 290  # another token, never the stop id 1
+        refs.append(Reference(tuple(ids), d.stop))
+    from evalsuite.engine.verify import baseline_logprobs
+
+    lp = baseline_logprobs(Side(fp32, lambda keep: None, None), rows, refs, 0)
+    var = Side(model, lambda keep: make_cache(cfg, model.config, keep_exact=keep) if cfg else None, None)
+    got = verify_batch(var, Tok(), rows, refs, lp, gen, {1})
+    assert [v.ids for v in got] == [d.ids for d in own]
+    assert [v.stop for v in got] == [d.stop for d in own]
+    for r, t in wrong.items():
+        if len(own[r].ids) > t:
+            assert got[r].decode == f"diverged@{t}", (r, got[r].decode)
+    assert {v.decode for v in got} >= {"diverged@0", "diverged@3"}  # one batch holds tails from 0 and later
+
+
+@pytest.mark.parametrize("kind", ["w8", "int4", "int2-token-keys", "int4-quantized-prefill", "w8+int4"])
+def test_tail_logits_equal_step_by_step_decoding(fp32, w8, kind, monkeypatch):
+    """The tails' logits, step by step, against each row decoded alone: the cache rebuilt from the pass holds
+    what decoding held at the divergence (the tiny model's argmax barely depends on context, so ids alone would
+    not show a wrong cache)."""
+    gen = GenSettings(max_new_tokens=24)
+    rows = [ROWS[0], ROWS[2]]
+    model = w8 if kind.startswith("w8") else fp32
+    cfg = KV.get(kind.split("+")[-1])
+    alone = stepwise(model, cfg, rows, gen, monkeypatch)
+    refs = []
+    for (ids, _), t in zip(alone, (0, 11)):  # row 0 departs at once, row 1 after 11 kept tokens (flushes inside)
+        ids = list(ids)
+        ids[t] = 2 + (ids[t] + 1) % 290
+        refs.append(Reference(tuple(ids), "length"))
+    from evalsuite.engine.verify import baseline_logprobs
+
+    lp = baseline_logprobs(Side(fp32, lambda keep: None, None), rows, refs, 0)
+    var = Side(model, lambda keep: make_cache(cfg, model.config, keep_exact=keep) if cfg else None, None)
+    seen, orig = [], engine.pick_tokens
+    monkeypatch.setattr(engine, "pick_tokens", lambda lg, g, r: (seen.append(lg.clone()), orig(lg, g, r))[1])
+    got = verify_batch(var, Tok(), rows, refs, lp, gen, {1})
+    assert [v.decode for v in got] == ["diverged@0", "diverged@11"]
+    steps = [lg for lg in seen if lg.shape[0] == 2]
+    assert len(steps) >= 5
+    for s, lg in enumerate(steps):
+        for b, t in enumerate((0, 11)):
+            if t + s < len(alone[b][1]):
+                torch.testing.assert_close(lg[b].float(), alone[b][1][t + s].float(), atol=2e-4, rtol=1e-4)
+
+
 def test_the_baseline_against_itself_is_verified_everywhere(fp32):
     gen = GenSettings(max_new_tokens=30)
     base = decode(fp32, Tok(), ROWS, gen, None, None, {1})
