@@ -15,7 +15,7 @@ from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
 from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills, plain_dynamic, plan_batches
 from evalsuite.engine.generate import Generation, cut_at_stop, encode_prompts, iter_generate, shared_prefix_len, stop_ids
-from evalsuite.engine.kld import BaselineLogprobCache, baseline_answer_logprobs, teacher_forced_kld
+from evalsuite.engine.kld import BaselineLogprobCache, baseline_answer_logprobs, kld_order, teacher_forced_kld
 from evalsuite.run.prepare import PreparedTask, prepare_variants
 from evalsuite.run.prompts import render_prompt
 from evalsuite.core.records import KLDResult, Reference, SampleResult, VariantInfo
@@ -198,7 +198,8 @@ class InProcessBackend:
             texts = [answers[j] for j in order[start:start + batch_size]]
             keys = [prompt_ids[j] for j in order[start:start + batch_size]]
             ids = [task.samples[i].id for i in chunk]
-            snap = self.snapshots.take(keys) if self.snapshots.owner == name else None
+            # kept (keep=True): a "+kv" sibling of the same weights verifies from them next
+            snap = self.snapshots.take(keys, keep=True) if self.snapshots.owner == name else None
             base_snap = self.base_prompts.take(keys, keep=True)
             res = teacher_forced_kld(self.loaded.model, built.model, self.loaded.tokenizer,
                                      [prompts[i] for i in chunk], texts,
@@ -247,7 +248,11 @@ class InProcessBackend:
             base_lp = self._base_lp.get_rows((task.name, "verify", tuple(ids)),  # keeps them from this prefill
                                              lambda: baseline_logprobs(base, rows, refs, tok.pad_token_id))
         snap = snap or self.base_prompts.take(keys, keep=True)
-        if snap is not None and built.model is base_model and exact_prefill(built.make_cache()):
+        if built.model is not base_model:  # a sibling's: the weight-only variant of the same weights, just run
+            sib = self._built.get(self.snapshots.owner)
+            same = sib is not None and sib.spec.kv is None and sib.spec.weights == built.spec.weights
+            snap = self.snapshots.take(keys, keep=True) if same else None
+        if snap is not None and exact_prefill(built.make_cache()):
             var = Side(built.model, built.make_cache, None, snap)  # same weights, exact prefill: same prompt K/V
         else:
             var = Side(built.model, built.make_cache, encode_prefix(built.model, head, built.make_cache()))
@@ -288,12 +293,3 @@ class InProcessBackend:
                                                                           built.float_bytes),
                            fingerprint=built.fingerprint, source=built.source,
                            kernels=built.kernels if variant.weights.fmt != "none" else None)
-
-
-def kld_order(tokenizer: Any, prompt_lens: Sequence[int], answers: Sequence[str]) -> list[int]:
-    """Positions of a KLD pass's samples sorted by (answer tokens, prompt tokens): a batch pads every answer to its
-    longest and every prompt to its longest, so similar lengths together waste little (code answers run from a few
-    tokens to 256). The order is a function of the samples alone, so every variant sees the same batches (the
-    baseline's log-probs are cached per batch)."""
-    ans = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
-    return sorted(range(len(answers)), key=lambda j: (ans[j], prompt_lens[j], j))

@@ -130,3 +130,12 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
         n = int(ans["attention_mask"][row].sum())
         out.append((kl[row, :n].tolist(), int(agree[row, :n].sum()), n))
     return out
+
+
+def kld_order(tokenizer: Any, prompt_lens: Sequence[int], answers: Sequence[str]) -> list[int]:
+    """Positions of a KLD pass's samples sorted by (answer tokens, prompt tokens): a batch pads every answer to its
+    longest and every prompt to its longest, so similar lengths together waste little (code answers run from a few
+    tokens to 256). The order is a function of the samples alone, so every variant sees the same batches (the
+    baseline's log-probs are cached per batch)."""
+    ans = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
+    return sorted(range(len(answers)), key=lambda j: (ans[j], prompt_lens[j], j))

@@ -66,7 +66,7 @@ def test_generation_keeps_snapshots_only_for_own_weights_and_kld_takes_them(tiny
     answers = [r.output for r in rows]
     assert len(backend.base_prompts.rows) == 3  # the baseline's prompts, for the baseline side of every KLD pass
     got = [k for b in backend.kld(w4, w4.name, task, [0, 1, 2], answers, 4) for k in b]
-    assert not backend.snapshots.rows  # taken by the KLD pass
+    assert len(backend.snapshots.rows) == 3  # read by the KLD pass, kept for a "+kv" sibling's verification
     assert len(backend.base_prompts.rows) == 3  # kept for the next variant
     fresh = InProcessBackend.of(tiny, snapshot_bytes=0)  # both prompt prefills recomputed
     ref = {k.sample_id: k for b in fresh.kld(w4, w4.name, task, [0, 1, 2], answers, 4) for k in b}

@@ -111,3 +111,32 @@ def test_bf16_weight_only_variants_regenerate_unless_asked_to_verify(tiny, tmp_p
     on = run_model(tiny, tmp_path / "on", variants, tasks=tasks, backend=InProcessBackend.of(tiny, verify_bf16=True))
     assert {r.decode.split("@")[0] for r in on.samples("w4g32")} <= {"verified", "diverged"}
     assert "w4g32" not in on.meta().get("unverified", {})
+
+
+def test_a_kv_sibling_verifies_from_the_weight_only_variants_prompt_kv(tiny, tmp_path, monkeypatch):
+    """bf16, --verify auto: w4g32 regenerates (its prefills keep their prompt K/V for its KLD), and
+    w4g32+kv4g32r8, the same weights with a quantized cache, verifies from those K/V instead of its own prefill:
+    the same answers as with no K/V kept at all."""
+    from evalsuite.engine import snapshots
+    from evalsuite.engine.inprocess import InProcessBackend
+
+    tasks, variants = prepared(n=4, seed=2), ("bf16", "w4g32", "w4g32+kv4g32r8")
+    served, take = [], snapshots.PromptSnapshots.take
+
+    def counted(self, keys, keep=False):
+        got = take(self, keys, keep)
+        served.append((self.owner, got is not None))
+        return got
+
+    monkeypatch.setattr(snapshots.PromptSnapshots, "take", counted)
+    kept = run_model(tiny, tmp_path / "kept", variants, tasks=tasks,
+                     backend=InProcessBackend.of(tiny, verify_bf16=False))
+    from_sibling = [ok for owner, ok in served if owner == "w4g32" and ok]
+    assert len(from_sibling) >= 2  # w4g32's own KLD pass, then its sibling's verification
+    served.clear()
+    none = run_model(tiny, tmp_path / "none", variants, tasks=tasks,
+                     backend=InProcessBackend.of(tiny, verify_bf16=False, snapshot_bytes=0))
+    assert not any(ok for _, ok in served)
+    for v in variants:
+        assert [r.output for r in kept.samples(v)] == [r.output for r in none.samples(v)]
+    assert {r.decode.split("@")[0] for r in kept.samples("w4g32+kv4g32r8")} <= {"verified", "diverged"}
