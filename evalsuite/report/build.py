@@ -51,7 +51,8 @@ def report_model(store: Store, gated: GatedRun) -> ReportModel:
         stats=gated.stats, needle_grid=needle_grid(needle_rows), flips=flips[:MAX_FLIPS],
         tasks=dict(state.task_versions), noise_floor=gated.noise, policy=gated.policy.to_dict(),
         kld_method={"run": state.kld_method, "rows": store.kld_methods()},
-        verification=verification(store, gated.variants, state))
+        verification=verification(store, gated.variants, state),
+        seconds_per_pair=dict(state.seconds_per_pair) or None)
 
 
 def verification(store: Store, variants: list[str], state: RunState) -> dict[str, dict[str, int]]:

@@ -144,13 +144,33 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
             continue
         mine = [c for c in r["checks"] if c["variant"] == v["variant"]]
         verdict = v.get("verdict") or worst([c["verdict"] for c in mine])
+        reasons = [{**c, "seconds": seconds_to_decide(r, c)} for c in lead_reasons(mine, verdict, max_reasons)]
         cards.append({
-            "variant": v["variant"], "verdict": verdict, "reasons": lead_reasons(mine, verdict, max_reasons),
+            "variant": v["variant"], "verdict": verdict, "reasons": reasons,
             "checks": len(mine), "contexts": context_range(r, v["variant"]),
             "passed": sum(c["verdict"] == "PASS" for c in mine),
             "weights": _saving(v, base, "weight_bytes"), "kv": _saving(v, base, "kv_bytes_per_token"),
             "ttft": _saving(v, base, "ttft_s"), "itl": _saving(v, base, "itl_s")})
     return cards
+
+
+def seconds_to_decide(r: Row, check: Row) -> float | None:
+    """About how many seconds the pairs an undecided check still needs would take at this run's measured seconds
+    per pair (the variant's plus the baseline's on that task; over the pooled tasks, their mean); None unknown."""
+    cost, more = r.get("seconds_per_pair") or {}, check.get("more_needed")
+    if not more or not cost:
+        return None
+    tasks = [t for t, _ in check.get("pools") or []] if check["task"] == POOLED else [check["task"]]
+    per = [cost[f"{check['variant']}/{t}"] + cost.get(f"{r['baseline']}/{t}", 0.0) for t in tasks
+           if f"{check['variant']}/{t}" in cost]
+    return more * sum(per) / len(per) if per else None
+
+
+def fmt_duration(seconds: float) -> str:
+    """``~40 s``, ``~12 min``, ``~3.2 h``."""
+    if seconds < 90:
+        return f"~{seconds:.0f} s"
+    return f"~{seconds / 60:.0f} min" if seconds < 5400 else f"~{seconds / 3600:.1f} h"
 
 
 def context_range(r: Row, variant: str) -> tuple[int, int] | None:

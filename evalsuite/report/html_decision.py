@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.digest import POOLED, pooled_text, task_decision, task_names, variant_cards
+from evalsuite.report.digest import POOLED, fmt_duration, pooled_text, task_decision, task_names, variant_cards
 from evalsuite.report.html_common import delta_class, e, vclass
 from evalsuite.report.model import fmt_bytes, fmt_delta, fmt_ms
 
@@ -42,7 +42,9 @@ def _reasons(card: Row) -> str:
     items = []
     for c in card["reasons"]:
         more = c.get("more_needed")
-        tail = f' <span class="more">≈+{more} samples to decide</span>' if more else ""
+        budget = (f", {fmt_duration(c['seconds'])} of budget at this run's seconds per pair"
+                  if more and c.get("seconds") else "")
+        tail = f' <span class="more">≈+{more} samples to decide{e(budget)}</span>' if more else ""
         lead = f' <span class="lead">({e(c["lead"])})</span>' if c.get("lead") else ""
         items.append(f'<li class="r-{e(c["verdict"])}"><b>{e(c["verdict"])}</b>{lead} {e(c["reason"])}{tail}</li>')
     return '<ul class="reasons">' + "".join(items) + "</ul>"

@@ -380,3 +380,19 @@ def test_the_pooled_check_gets_its_own_grid_column(report):
     grid = grid_section(r)
     assert "<th>pooled (all tasks)</th>" in grid and "margin -0.062, CS upper -0.011" in grid
     assert "<th>*</th>" not in grid and "| pooled (all tasks) |" in render_markdown(r)
+
+
+def test_an_undecided_check_says_how_much_budget_would_decide_it(report):
+    """With the run's measured seconds per pair, a card turns "≈+N samples" into seconds of budget: the variant's
+    cost on the task plus the baseline's, times the pairs still needed."""
+    from evalsuite.report.digest import seconds_to_decide, variant_cards
+
+    timed = {**report, "seconds_per_pair": {"w4g128+kv4g32/gsm": 1.5, "bf16/gsm": 0.5}}
+    card = next(c for c in variant_cards(timed) if c["variant"] == "w4g128+kv4g32")
+    gsm = next(c for c in card["reasons"] if c["task"] == "gsm")
+    assert gsm["more_needed"] == 60 and gsm["seconds"] == pytest.approx(120.0)  # 60 x (1.5 + 0.5)
+    assert "≈+60 samples to decide, ~2 min of budget at this run's seconds per pair" in render_markdown(timed)
+    assert "of budget" in render_html(timed)
+    assert "of budget" not in render_markdown(report)  # a run without measured costs says only the pairs
+    pooled = {"variant": "v", "task": "*", "more_needed": 10, "pools": [["a", 5], ["b", 5]]}
+    assert seconds_to_decide({"baseline": "bf16", "seconds_per_pair": {"v/a": 1.0, "v/b": 3.0}}, pooled) == 20.0
