@@ -7,7 +7,8 @@ TORCH_SPEC ?= torch==2.13.0
 # `make gate`: the release gate of the mission's 2x2 grid on the embedded model: a weight-only variant (w4g64),
 # evalsuite's quantized KV cache (kv4g32 = kv4g32r128: int4, group 32, 128 recent tokens kept exact) and both, on all
 # four task families. The wall-clock budget ends the run (sequential rounds until every check is decided, or cannot
-# be decided in what is left; the statistics stay valid wherever it stops); GATE_MAX_SAMPLES is only a safety cap
+# be decided in what is left; later rounds draw first where a check heads to a FAIL, cut to what the budget affords;
+# the statistics stay valid wherever it stops); GATE_MAX_SAMPLES is only a safety cap
 # (empty: each task's stream size, or 1000). Needle contexts 512-2048 tokens (the task's default) are 4-16x the KV
 # residual, so a KV PASS covers prompts the quantized cache really holds (the shipped policy checks the >=2048 slice
 # on its own: a range without 2048 leaves that check without samples, INCONCLUSIVE). Code draws from the built-in problems and
