@@ -21,7 +21,8 @@ class Decision:
     #: FAILs, or whose checks on a task are decided, has no entry for it
     open: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: the part of ``open`` heading to a FAIL: variant -> task -> pairs its quickest open per-task check whose
-    #: observed value is already beyond its threshold needs (one such check deciding decides the variant; a PASS needs them all)
+    #: observed value is already beyond its threshold needs (one such check deciding decides the variant; a PASS
+    #: needs them all)
     failing: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property

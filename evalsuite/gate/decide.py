@@ -25,9 +25,10 @@ def store_decider(policy: Path | None = None) -> Decide:
 def decision(gate: GateResult) -> Decision:
     """The verdicts, and per undecided (variant, task) the pairs its quickest open check needs (and, apart, its
     quickest check heading to a FAIL)."""
-    open_ = {v: {t: pairs_to_decide(gate, v, t) for t in tasks} for v, tasks in undecided(gate).items()}
+    tasks_of = undecided(gate)
+    open_ = {v: {t: pairs_to_decide(gate, v, t) for t in tasks} for v, tasks in tasks_of.items()}
     failing = {v: {t: n for t in tasks if (n := pairs_to_decide(gate, v, t, leans_fail))}
-               for v, tasks in undecided(gate).items()}
+               for v, tasks in tasks_of.items()}
     return Decision(dict(gate.variant_verdicts), open_, {v: t for v, t in failing.items() if t})
 
 

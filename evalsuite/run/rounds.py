@@ -16,8 +16,9 @@ Draws grow geometrically (``GROWTH``, from ``round_size``), are sized to what th
 to whole decode batches, and cut to what the budget left affords at the measured seconds per sample. The run ends
 when nothing is open, when no open task can grow, or when the budget is spent (no new (variant, task) starts; a
 generation in progress stops after its current batch). The first round takes the tasks cheapest first; later
-rounds take them by the seconds their quickest open check needs to decide (``quickest_first``), so what is left of
-the budget goes where a decision is nearest. Every round is re-gated after every task, so a failing variant stops
+rounds take, and draw, first the tasks where a check heading to a FAIL is open (``Decision.failing``), then the
+rest, each by the seconds its quickest open check needs to decide (``quickest_first``), so what is left of the
+budget goes where a decision is nearest. Every round is re-gated after every task, so a failing variant stops
 as soon as it FAILs.
 The meta says why each (variant, task) stopped (``stopped``) and what a pair cost (``seconds_per_pair``).
 
