@@ -1,8 +1,9 @@
 """Decode attention: transformers' SDPA against evalsuite's single-query kernel (``evalsuite.models.attention``),
 side by side in one process on the same prompts.
 
-Two parts: the attention call alone at SmolLM2-135M's head shape (9 query heads over 3 K/V heads, head dim 64),
-with and without a padding mask; then the embedded model generating a task's answers through the engine
+Three parts: the decode attention call alone at SmolLM2-135M's head shape (9 query heads over 3 K/V heads, head
+dim 64), with and without a padding mask; the prefill call of left-padded rows (masked SDPA against
+``padded_causal``) at needle lengths; then the embedded model generating a task's answers through the engine
 (``iter_generate``, the refilled pool) under each kernel, with the share of identical answers.
 
     .venv/bin/python benchmarks/decode_attention.py --task needle --n 16
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 
 from evalsuite.core.config import RunConfig
 from evalsuite.engine.generate import iter_generate, shared_prefix_len
-from evalsuite.models.attention import NAME, decode_attention, register
+from evalsuite.models.attention import NAME, decode_attention, padded_causal, register
 from evalsuite.models.loader import load_model
 from evalsuite.run.prepare import prepare_tasks
 from evalsuite.run.prompts import render_prompt
@@ -51,6 +52,30 @@ def kernel_table(dtype: torch.dtype) -> None:
                 e_ours = (decode_attention(q, k, v, m, dim ** -0.5).transpose(1, 2).float() - ref).abs().max().item()
             print(f"  {str(dtype)[6:]:8} batch {batch:2} context {length:4} {label:12}: SDPA {t_sdpa:6.2f} ms "
                   f"(err {e_sdpa:.1e})  evalsuite {t_ours:6.2f} ms (err {e_ours:.1e})  {t_sdpa / t_ours:4.1f}x")
+
+
+def prefill_table() -> None:
+    """A layer's prefill call over left-padded bf16 rows: SDPA with transformers' boolean mask against
+    ``padded_causal`` (each row's own tokens under ``is_causal``), and the max difference on real positions."""
+    heads, kv_heads, dim = 9, 3, 64
+    for lengths in ((900, 1000, 1100, 1200), (600, 2000), (300, 350, 400, 450, 500, 550)):
+        b, n = len(lengths), max(lengths)
+        q = torch.randn(b, heads, n, dim, dtype=torch.bfloat16)
+        k, v = (torch.randn(b, kv_heads, n, dim, dtype=torch.bfloat16) for _ in range(2))
+        i = torch.arange(n)
+        mask = (i[None, :] <= i[:, None]).expand(b, n, n).clone()
+        for row, length in enumerate(lengths):
+            mask[row, :, : n - length] = False
+        mask = mask[:, None]
+        with torch.inference_mode():
+            t_sdpa = per_call_ms(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True),
+                                 n=3)
+            t_ours = per_call_ms(lambda: padded_causal(q, k, v, mask, dim ** -0.5), n=3)
+            want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+            got = padded_causal(q, k, v, mask, dim ** -0.5)
+        diff = max((got[r, n - m:] - want[r, n - m:]).abs().max().item() for r, m in enumerate(lengths))
+        print(f"  rows {lengths}: masked SDPA {t_sdpa:6.1f} ms  per-row causal {t_ours:6.1f} ms  "
+              f"{t_sdpa / t_ours:4.1f}x  (max diff {diff:.1e})")
 
 
 def generate_side_by_side(task_name: str, n: int, batch: int) -> None:
@@ -88,6 +113,8 @@ def main() -> None:
     print("attention call (ms per layer call):")
     for dtype in (torch.bfloat16, torch.float32):
         kernel_table(dtype)
+    print("prefill call of left-padded rows (ms per layer call, bf16):")
+    prefill_table()
     if not args.skip_generate:
         print("the embedded model generating through the engine:")
         generate_side_by_side(args.task, args.n, args.batch)

@@ -15,7 +15,7 @@ from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
 from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills, plain_dynamic, plan_batches
 from evalsuite.engine.generate import Generation, cut_at_stop, encode_prompts, iter_generate, shared_prefix_len, stop_ids
-from evalsuite.engine.kld import BaselineLogprobCache, baseline_answer_logprobs, kld_order, teacher_forced_kld
+from evalsuite.engine.kld import BaselineLogprobCache, baseline_answer_logprobs, kld_batches, teacher_forced_kld
 from evalsuite.run.prepare import PreparedTask, prepare_variants
 from evalsuite.run.prompts import render_prompt
 from evalsuite.core.records import KLDResult, Reference, SampleResult, VariantInfo
@@ -192,11 +192,9 @@ class InProcessBackend:
             answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
         built, prompts = self.built(variant), self.prompts(task)
         prompt_ids = [tuple(x) for x in encode_prompts(self.loaded.tokenizer, [prompts[i] for i in indices])]
-        order = kld_order(self.loaded.tokenizer, [len(x) for x in prompt_ids], answers)
-        for start in range(0, len(indices), batch_size):
-            chunk = [indices[j] for j in order[start:start + batch_size]]
-            texts = [answers[j] for j in order[start:start + batch_size]]
-            keys = [prompt_ids[j] for j in order[start:start + batch_size]]
+        for js in kld_batches(self.loaded.tokenizer, [len(x) for x in prompt_ids], answers, batch_size,
+                              self.max_batch_tokens):
+            chunk, texts, keys = [indices[j] for j in js], [answers[j] for j in js], [prompt_ids[j] for j in js]
             ids = [task.samples[i].id for i in chunk]
             # kept (keep=True): a "+kv" sibling of the same weights verifies from them next
             snap = self.snapshots.take(keys, keep=True) if self.snapshots.owner == name else None

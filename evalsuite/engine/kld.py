@@ -132,10 +132,25 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
     return out
 
 
-def kld_order(tokenizer: Any, prompt_lens: Sequence[int], answers: Sequence[str]) -> list[int]:
-    """Positions of a KLD pass's samples sorted by (answer tokens, prompt tokens): a batch pads every answer to its
-    longest and every prompt to its longest, so similar lengths together waste little (code answers run from a few
-    tokens to 256). The order is a function of the samples alone, so every variant sees the same batches (the
-    baseline's log-probs are cached per batch)."""
+def kld_batches(tokenizer: Any, prompt_lens: Sequence[int], answers: Sequence[str], max_batch: int,
+                max_tokens: int) -> list[list[int]]:
+    """A KLD pass's samples (positions) in batches: sorted by prompt + answer tokens, each batch at most
+    ``max_batch`` rows and ``max_tokens`` padded tokens (rows x (longest prompt + longest answer)), since a batch
+    pads every prompt to its longest and every answer to its longest. Before, fixed slices of ``max_batch`` in
+    answer-length order prefilled needle prompts of 500 and 2,000 tokens together: the baseline's side of a warm
+    run's 16 needle samples took 52 s, most of it padding. The batches are a function of the samples alone, so
+    every variant sees the same ones (the baseline's log-probs are cached per batch)."""
     ans = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
-    return sorted(range(len(answers)), key=lambda j: (ans[j], prompt_lens[j], j))
+    order = sorted(range(len(answers)), key=lambda j: (prompt_lens[j] + ans[j], ans[j], j))
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for j in order:
+        rows = cur + [j]
+        padded = len(rows) * (max(prompt_lens[i] for i in rows) + max(ans[i] for i in rows))
+        if cur and (len(rows) > max_batch or padded > max_tokens):
+            batches.append(cur)
+            rows = [j]
+        cur = rows
+    if cur:
+        batches.append(cur)
+    return batches

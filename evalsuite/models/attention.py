@@ -1,4 +1,5 @@
-"""The attention every in-process model runs: transformers' SDPA, except for single-query decode steps.
+"""The attention every in-process model runs: transformers' SDPA, except for single-query decode steps and the
+prefill of left-padded prompts on the CPU.
 
 A decode step attends one query per row to the whole cache. On the CPU, PyTorch's fused SDPA kernel
 (``_scaled_dot_product_flash_attention_for_cpu``) is slow at that shape in bf16: measured on a 2-core AVX-512-bf16
@@ -11,6 +12,14 @@ SDPA is as fast) keep SDPA. In the engine the gain is smaller than the call's, b
 the query heads at a padded decode step: the embedded model's needle answers (16 samples, bf16, batch 16) generate
 in 36.3 s against 38.3 s, and a batch-16 step at 1,200 cached tokens takes 156 ms against 174 ms.
 
+A prefill of left-padded prompts gets an explicit boolean mask from transformers, and the CPU's fused kernel then
+computes every block of the square, the masked half and the padding included. In bf16/fp16 on the CPU, when the
+mask is exactly causal over each row's own tokens (``padded_causal``), each row instead runs SDPA with
+``is_causal=True`` over the shared prefix and its own tokens only, which skips the masked blocks: 1.5-3x faster per layer at needle
+shapes (rows of 600-2,000 tokens; 44 s of a 16-sample needle run's 137 s were prefill attention), and a row's
+prompt K/V no longer depend on what it was batched with. Padding positions get zeros (their K/V are masked
+everywhere after).
+
 What it changes: float rounding only. Answers generated with it can differ from SDPA's where two tokens nearly tie,
 as between any two kernels, so the kernel is part of a run's settings (``attention``) and of a stored baseline's
 key: a baseline generated with another kernel is regenerated, never mixed in.
@@ -21,7 +30,9 @@ from typing import Any
 
 import torch
 
-NAME = "evalsuite_sdpa"  #: the name registered with transformers' AttentionInterface
+#: the name registered with transformers' AttentionInterface; it is a stored baseline's ``attention`` key, so it
+#: changes whenever the kernels' rounding does (2: per-row causal prefill of padded prompts)
+NAME = "evalsuite_sdpa2"
 HALF = (torch.bfloat16, torch.float16)  #: dtypes whose decode steps take ``decode_attention`` (fp32 keeps SDPA)
 
 
@@ -41,12 +52,47 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return out.reshape(b, 1, h, value.shape[-1])
 
 
+def padded_causal(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                  scaling: float) -> torch.Tensor | None:
+    """Prefill attention of left-padded rows after an optional shared prefix: query [B, H, n, D], key/value
+    [B, KH, P + n, D] (P cached prefix tokens every row attends to, then each row's padding and own tokens).
+    Each row runs SDPA's ``is_causal`` square over prefix + own tokens (zero queries stand in for the prefix's,
+    whose outputs are dropped, so only a prefix of at most n/2 qualifies); padding positions get zeros. Returns [B, n, H, D], or None unless ``mask``
+    ([B, 1, n, P + n] bool) is exactly that pattern (a sliding window or any other keeps the caller's kernel)."""
+    b, h, n, d = query.shape
+    total = key.shape[2]
+    prefix = total - n
+    if mask.dtype != torch.bool or tuple(mask.shape) != (b, 1, n, total) or prefix < 0 or h % key.shape[1]:
+        return None
+    if 2 * prefix > n:  # a chunk after a long cache (a KLD pass): the stand-in queries would cost more than the mask
+        return None
+    pads = (total - mask[:, 0, -1, :].sum(-1)).tolist()  # the last query sees the prefix and its row's own tokens
+    tril = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
+    for i, p in enumerate(pads):
+        rows = mask[i, 0, p:]
+        if (p >= n or not rows[:, :prefix].all() or rows[:, prefix:prefix + p].any()
+                or not torch.equal(rows[:, prefix + p:], tril[: n - p, : n - p])):
+            return None
+    out = query.new_zeros(b, n, h, value.shape[-1])
+    for i, p in enumerate(pads):
+        q, k, v = query[i:i + 1, :, p:], key[i:i + 1, :, prefix + p:], value[i:i + 1, :, prefix + p:]
+        if prefix:
+            q = torch.cat([q.new_zeros(1, h, prefix, d), q], dim=2)
+            k = torch.cat([key[i:i + 1, :, :prefix], k], dim=2)
+            v = torch.cat([value[i:i + 1, :, :prefix], v], dim=2)
+        got = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling,
+                                                               enable_gqa=True)
+        out[i, p:] = got[0, :, prefix:].transpose(0, 1)
+    return out
+
+
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                       **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: ``decode_attention`` for a single bf16/fp16 query without
-    dropout, softcap or position bias, else transformers' own ``sdpa_attention_forward`` (float32 is unchanged:
-    SDPA is as fast there, and fp32 runs stay bit-identical to before)."""
+    dropout, softcap or position bias; ``padded_causal`` for a bf16/fp16 CPU prefill of padded rows; else
+    transformers' own ``sdpa_attention_forward`` (float32 is unchanged: SDPA is as fast there, and fp32 runs stay
+    bit-identical to before)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     single = query.shape[2] == 1 and query.shape[1] % key.shape[1] == 0 and query.dtype in HALF
@@ -55,6 +101,12 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if single and plain and mask_ok and not kwargs.get("output_attentions"):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         return decode_attention(query, key, value, attention_mask, scale), None
+    prefill = 1 < query.shape[2] <= key.shape[2] and query.dtype in HALF and query.device.type == "cpu"
+    if prefill and plain and attention_mask is not None and not kwargs.get("output_attentions"):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        out = padded_causal(query, key, value, attention_mask, scale)
+        if out is not None:
+            return out, None
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                   **kwargs)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from evalsuite.models.attention import NAME
 from evalsuite.errors import StoreMismatch
 from evalsuite.run.baselines import BaselineSource, save_baseline
 from tests.conftest import prepared, run_model
@@ -28,7 +29,7 @@ def test_manifest_records_what_changes_outputs(pinned):
     _, folder, _ = pinned
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["run"] == {"batch_size": 4, "backend": "in-process", "compute_dtype": "bfloat16",
-                               "device": "cpu", "max_batch_tokens": 24576, "attention": "evalsuite_sdpa"}
+                               "device": "cpu", "max_batch_tokens": 24576, "attention": NAME}
     assert set(manifest["libraries"]) >= {"torch", "transformers", "optimum-quanto", "evalsuite"}
     assert set(manifest["tasks"]["copy"]) >= {"version", "params", "gen_settings", "seed", "sample_hashes"}
 
