@@ -7,18 +7,18 @@ EPYC at SmolLM2-135M's shape (9 query heads over 3 K/V heads, head dim 64), batc
 at 300 cached tokens and 19.6 ms at 2,048 (54% of an unpadded decode step's CPU time at 300), against 0.5 and
 3.2 ms for the same product as two batched matmuls (the query heads grouped onto their K/V head, no
 ``repeat_kv``) with float32 scores and softmax (``benchmarks/decode_attention.py``). Its error against a float32
-reference is the fused kernel's (both accumulate in float32). Prefill, every multi-token chunk and float32 (where
-SDPA is as fast) keep SDPA. In the engine the gain is smaller than the call's, because transformers already packs
-the query heads at a padded decode step: the embedded model's needle answers (16 samples, bf16, batch 16) generate
-in 36.3 s against 38.3 s, and a batch-16 step at 1,200 cached tokens takes 156 ms against 174 ms.
+reference is the fused kernel's (both accumulate in float32). In the engine the gain is smaller than the call's,
+because transformers already packs the query heads at a padded decode step: the embedded model's needle answers
+(16 samples, bf16, batch 16) generate in 36.3 s against 38.3 s, and a batch-16 step at 1,200 cached tokens takes
+156 ms against 174 ms.
 
 A prefill of left-padded prompts gets an explicit boolean mask from transformers, and the CPU's fused kernel then
 computes every block of the square, the masked half and the padding included. In bf16/fp16 on the CPU, when the
-mask is exactly causal over each row's own tokens (``padded_causal``), each row instead runs SDPA with
-``is_causal=True`` over the shared prefix and its own tokens only, which skips the masked blocks: 1.5-3x faster per layer at needle
-shapes (rows of 600-2,000 tokens; 44 s of a 16-sample needle run's 137 s were prefill attention), and a row's
-prompt K/V no longer depend on what it was batched with. Padding positions get zeros (their K/V are masked
-everywhere after).
+mask is exactly causal over a shared prefix and each row's own tokens (``padded_causal``), each row instead runs
+SDPA with ``is_causal=True`` over those tokens only, which skips the masked blocks: 2.1-2.9x faster per layer call
+at needle lengths (rows of 600-2,000 tokens), 1.4x at 300-550; the prefill attention of 16 needle samples' generation
+took 9.9 s against 16.0 s. Padding positions get zeros (their K/V are masked everywhere after). Other multi-token
+chunks (a KLD or verification pass after a cached prompt) and float32 (where SDPA is as fast) keep SDPA.
 
 What it changes: float rounding only. Answers generated with it can differ from SDPA's where two tokens nearly tie,
 as between any two kernels, so the kernel is part of a run's settings (``attention``) and of a stored baseline's
@@ -33,7 +33,7 @@ import torch
 #: the name registered with transformers' AttentionInterface; it is a stored baseline's ``attention`` key, so it
 #: changes whenever the kernels' rounding does (2: per-row causal prefill of padded prompts)
 NAME = "evalsuite_sdpa2"
-HALF = (torch.bfloat16, torch.float16)  #: dtypes whose decode steps take ``decode_attention`` (fp32 keeps SDPA)
+HALF = (torch.bfloat16, torch.float16)  #: dtypes that take ``decode_attention`` and ``padded_causal`` (fp32: SDPA)
 
 
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
