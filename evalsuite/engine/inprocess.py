@@ -202,7 +202,9 @@ class InProcessBackend:
             res = teacher_forced_kld(self.loaded.model, built.model, self.loaded.tokenizer,
                                      [prompts[i] for i in chunk], texts,
                                      built.make_cache, self._base_lp, (task.name, tuple(ids)),
-                                     prefix_len=self.prefix_len(task), var_snapshot=snap, base_snapshot=base_snap)
+                                     prefix_len=self.prefix_len(task), var_snapshot=snap, base_snapshot=base_snap,
+                                     # a warm run: the baseline's prefill here serves the KV variants' passes next
+                                     observe_base=self.base_prompts.observe if self.snapshot_bytes else None)
             yield [KLDResult(name, task.name, sid, tuple(k), a, n) for sid, (k, a, n) in zip(ids, res)]
 
     def verifies(self, variant: VariantSpec) -> str:

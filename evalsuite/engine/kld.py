@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from evalsuite.engine.answer import PromptKV, prefill_answer_logprobs, snapshot_answer_logprobs
-from evalsuite.engine.decoder import encode_prefix, exact_prefill
+from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills
 from evalsuite.engine.generate import encode_prompts
 
 
@@ -68,10 +68,12 @@ def encode_answers(tokenizer: Any, answers: Sequence[str]) -> Any:
 
 def _baseline_pass(base_model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]], ans: Any,
                    cache: BaselineLogprobCache, cache_key: Any, prefix_len: int,
-                   snapshot: PromptKV | None = None) -> tuple[torch.Tensor, tuple]:
+                   snapshot: PromptKV | None = None, observe: Callable[..., None] | None = None
+                   ) -> tuple[torch.Tensor, tuple]:
     """The baseline's answer log-probs (cached under ``cache_key``) and the (rows, head, args) a variant reuses.
     ``snapshot``: the baseline's prompt K/V kept from its generation (``engine.snapshots``), used instead of a prompt
-    prefill (then kept for KV-only variants as a prefill's would be)."""
+    prefill (then kept for KV-only variants as a prefill's would be). ``observe``: handed the prompt K/V of the
+    baseline's own prefill when there is no snapshot (a warm run), so the next variant's pass starts from them."""
     ids = encode_prompts(tokenizer, prompts)
     rows = [x[prefix_len:] for x in ids]
     args = (tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
@@ -79,7 +81,8 @@ def _baseline_pass(base_model: Any, tokenizer: Any, prompts: Sequence[tuple[str,
 
     def compute() -> torch.Tensor:
         if snapshot is None:
-            return prefill_answer_logprobs(base_model, rows, encode_prefix(base_model, head), None, *args)
+            with observe_prefills(observe):  # the baseline's prefill only: the variant's own prefill is not observed
+                return prefill_answer_logprobs(base_model, rows, encode_prefix(base_model, head), None, *args)
         return snapshot_answer_logprobs(base_model, snapshot, None, *args[1:])
     return cache.get(cache_key, compute), (rows, head, args)
 
@@ -102,18 +105,20 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
                        answers: Sequence[str], make_cache: Callable[[], Any] | None = None,
                        base_cache: BaselineLogprobCache | None = None, cache_key: Any = None,
                        prefix_len: int = 0, var_snapshot: PromptKV | None = None,
-                       base_snapshot: PromptKV | None = None) -> list[tuple[list[float], int, int]]:
+                       base_snapshot: PromptKV | None = None, observe_base: Callable[..., None] | None = None
+                       ) -> list[tuple[list[float], int, int]]:
     """Per sample: (KL(base || variant) per answer token, top-1 agreements, answer tokens) for one batch.
 
     With ``base_cache`` and ``cache_key`` the baseline's log-probs of this batch are computed once and reused.
     ``prefix_len`` tokens shared by every prompt are encoded once per model and batch, as the decoder does.
     ``var_snapshot``: the variant's own prompt K/V, last logits and mask for this batch, kept from its generation
     (``engine.snapshots``); used instead of a prompt prefill when its cache takes an exact prefill. ``base_snapshot``:
-    the same for the baseline, kept from the baseline's generation."""
+    the same for the baseline, kept from the baseline's generation; without it, ``observe_base`` is handed the
+    baseline's prompt K/V from its prefill (``engine.observe_prefills``' observer)."""
     ans = encode_answers(tokenizer, answers)
     cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0)
     base_lp, (rows, head, args) = _baseline_pass(base_model, tokenizer, prompts, ans, cache, cache_key,
-                                                 prefix_len, base_snapshot)
+                                                 prefix_len, base_snapshot, observe_base)
     var_cache = make_cache() if make_cache else None
     if var_snapshot is not None and exact_prefill(var_cache):
         var_lp = snapshot_answer_logprobs(var_model, var_snapshot, var_cache, *args[1:])

@@ -127,3 +127,38 @@ def test_kld_batches_group_similar_lengths_within_the_token_budget(tokenizer):
     cost = lambda bs: sum(len(b) * (max(prompt_lens[j] for j in b) + max(ans[j] for j in b)) for b in bs)
     assert cost(batches) < 0.75 * cost(slices)
     assert kld_batches(tokenizer, prompt_lens, answers, 4, 4200) == batches  # a function of the samples alone
+
+
+def test_a_baseline_prefill_hands_its_prompt_kv_to_the_store_not_the_variants(fp32, tokenizer):
+    """Without a snapshot (a warm run) the baseline's prefill of a KLD pass is observed, so a KV variant's pass next
+    starts from it; a variant with other weights prefilling its own prompt is not observed."""
+    from evalsuite.engine.decoder import prefill
+    from evalsuite.engine.generate import encode_prompts
+    from evalsuite.engine.snapshots import PromptSnapshots
+
+    other = make_tiny_model(len(tokenizer), seed=6, dtype=torch.float32)
+    seen = PromptSnapshots()
+    with_obs = teacher_forced_kld(fp32, other, tokenizer, PROMPTS, ANSWERS, prefix_len=12, observe_base=seen.observe)
+    assert with_obs == teacher_forced_kld(fp32, other, tokenizer, PROMPTS, ANSWERS, prefix_len=12)
+    ids = [tuple(x) for x in encode_prompts(tokenizer, PROMPTS)]
+    got = seen.take(ids, keep=True)
+    assert got is not None  # every prompt held
+    want = PromptSnapshots()
+    want.observe(None, [list(x) for x in ids], *prefill(fp32, [list(x) for x in ids], None, None,
+                                                         tokenizer.pad_token_id))
+    ref = want.take(ids, keep=True)
+    for (k, v), (k0, v0) in zip(got[0], ref[0]):  # the baseline's K/V, not the other model's
+        torch.testing.assert_close(k, k0, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(v, v0, atol=1e-4, rtol=1e-4)
+    cfg = KVConfig(bits=4, group=8, residual=8)
+    make = lambda: make_cache(cfg, fp32.config)  # noqa: E731
+    from_seen = teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make, prefix_len=12, base_snapshot=got)
+    for (a, _, n), (b, _, m) in zip(teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, make,
+                                                       prefix_len=12), from_seen):
+        assert n == m and a == pytest.approx(b, abs=1e-4)
+    cached = BaselineLogprobCache()
+    teacher_forced_kld(fp32, fp32, tokenizer, PROMPTS, ANSWERS, None, cached, "k", prefix_len=12)
+    none_seen = PromptSnapshots()  # the baseline's log-probs cached: only the other model prefills, unobserved
+    teacher_forced_kld(fp32, other, tokenizer, PROMPTS, ANSWERS, None, cached, "k", prefix_len=12,
+                       observe_base=none_seen.observe)
+    assert none_seen.take(ids, keep=True) is None
