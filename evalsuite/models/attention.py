@@ -57,8 +57,9 @@ def padded_causal(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, m
     """Prefill attention of left-padded rows after an optional shared prefix: query [B, H, n, D], key/value
     [B, KH, P + n, D] (P cached prefix tokens every row attends to, then each row's padding and own tokens).
     Each row runs SDPA's ``is_causal`` square over prefix + own tokens (zero queries stand in for the prefix's,
-    whose outputs are dropped, so only a prefix of at most n/2 qualifies); padding positions get zeros. Returns [B, n, H, D], or None unless ``mask``
-    ([B, 1, n, P + n] bool) is exactly that pattern (a sliding window or any other keeps the caller's kernel)."""
+    whose outputs are dropped, so only a prefix of at most n/2 qualifies); padding positions get zeros. Returns
+    [B, n, H, D], or None unless ``mask`` ([B, 1, n, P + n] bool) is exactly that pattern (a sliding window or any
+    other keeps the caller's kernel)."""
     b, h, n, d = query.shape
     total = key.shape[2]
     prefix = total - n
@@ -98,12 +99,12 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     single = query.shape[2] == 1 and query.shape[1] % key.shape[1] == 0 and query.dtype in HALF
     plain = not dropout and kwargs.get("softcap") is None and kwargs.get("position_bias") is None
     mask_ok = attention_mask is None or attention_mask.shape[-2] == 1 and attention_mask.shape[1] == 1
-    if single and plain and mask_ok and not kwargs.get("output_attentions"):
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    plain = plain and not kwargs.get("output_attentions")
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if single and plain and mask_ok:
         return decode_attention(query, key, value, attention_mask, scale), None
     prefill = 1 < query.shape[2] <= key.shape[2] and query.dtype in HALF and query.device.type == "cpu"
-    if prefill and plain and attention_mask is not None and not kwargs.get("output_attentions"):
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if prefill and plain and attention_mask is not None:
         out = padded_causal(query, key, value, attention_mask, scale)
         if out is not None:
             return out, None

@@ -166,6 +166,16 @@ def seconds_to_decide(r: Row, check: Row) -> float | None:
     return more * sum(per) / len(per) if per else None
 
 
+def to_decide(check: Row) -> str:
+    """``≈+N samples to decide, ~M min of budget at this run's seconds per pair`` for an undecided card reason
+    (without the budget part when the seconds are unknown); "" for a decided one."""
+    if not check.get("more_needed"):
+        return ""
+    budget = (f", {fmt_duration(check['seconds'])} of budget at this run's seconds per pair"
+              if check.get("seconds") else "")
+    return f"≈+{check['more_needed']} samples to decide{budget}"
+
+
 def fmt_duration(seconds: float) -> str:
     """``~40 s``, ``~12 min``, ``~3.2 h``."""
     if seconds < 90:

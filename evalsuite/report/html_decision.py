@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.digest import POOLED, fmt_duration, pooled_text, task_decision, task_names, variant_cards
+from evalsuite.report.digest import POOLED, pooled_text, task_decision, task_names, to_decide, variant_cards
 from evalsuite.report.html_common import delta_class, e, vclass
 from evalsuite.report.model import fmt_bytes, fmt_delta, fmt_ms
 
@@ -41,10 +41,7 @@ def _reasons(card: Row) -> str:
         return f'<ul class="reasons"><li class="r-PASS">{e(text)}</li></ul>'
     items = []
     for c in card["reasons"]:
-        more = c.get("more_needed")
-        budget = (f", {fmt_duration(c['seconds'])} of budget at this run's seconds per pair"
-                  if more and c.get("seconds") else "")
-        tail = f' <span class="more">≈+{more} samples to decide{e(budget)}</span>' if more else ""
+        tail = f' <span class="more">{e(to_decide(c))}</span>' if to_decide(c) else ""
         lead = f' <span class="lead">({e(c["lead"])})</span>' if c.get("lead") else ""
         items.append(f'<li class="r-{e(c["verdict"])}"><b>{e(c["verdict"])}</b>{lead} {e(c["reason"])}{tail}</li>')
     return '<ul class="reasons">' + "".join(items) + "</ul>"

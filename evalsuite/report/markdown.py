@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.digest import (POOLED, fmt_duration, metric_names, metric_rows, pooled_text, split_rows,
-                                     task_decision, task_names, variant_cards, verification_lines)
+from evalsuite.report.digest import (POOLED, metric_names, metric_rows, pooled_text, split_rows, task_decision,
+                                     task_names, to_decide, variant_cards, verification_lines)
 from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_delta, fmt_ms, fmt_num,
                                     ordered_reasons, sorted_stats)
 
@@ -35,19 +35,10 @@ def _decision_lines(r: dict[str, Any]) -> list[str]:
         facts = [f"weights {fmt_bytes(w['value'])}{_pct(w['ratio'])}",
                  ("KV —" if kv["value"] is None else f"KV {kv['value']:,.0f} B/token{_pct(kv['ratio'])}")]
         facts += [speed] if speed else []
-        reasons = "; ".join(_cell(x["reason"]) + _to_decide(x) for x in c["reasons"])
+        reasons = "; ".join(_cell(x["reason"]) + (f" ({to_decide(x)})" if to_decide(x) else "") for x in c["reasons"])
         out.append(f"- **{c['verdict'] or '—'}** `{c['variant']}` — {' · '.join(facts)}"
                    + (f" — {reasons}" if reasons else f" — {c['passed']} of {c['checks']} checks pass"))
     return out or ["- no variants besides the baseline"]
-
-
-def _to_decide(check: dict[str, Any]) -> str:
-    """`` (≈+N samples to decide, ~M min of budget at this run's seconds per pair)`` for an undecided check."""
-    if not check.get("more_needed"):
-        return ""
-    budget = (f", {fmt_duration(check['seconds'])} of budget at this run's seconds per pair"
-              if check.get("seconds") else "")
-    return f" (≈+{check['more_needed']} samples to decide{budget})"
 
 
 def _grid_text(d: dict[str, Any] | None) -> str:
