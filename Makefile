@@ -14,6 +14,10 @@ TORCH_SPEC ?= torch==2.13.0
 # on its own: a range without 2048 leaves that check without samples, INCONCLUSIVE). Code draws from the built-in problems and
 # HumanEval (192); the report says how many pairs had a side right. The baseline's answers are stored under
 # GATE_BASELINES and grown: a second `make gate` asks the baseline only for samples it has not answered.
+# Evidence accumulates: the run is `--accumulate`d (runs/acc-<key>, one folder per exact configuration and code), so a
+# second `make gate` with the same candidates continues the first under a new budget, drawing only new samples,
+# and stops once every check is decided or out of reach; any change (a candidate, a task, a parameter, evalsuite's
+# code) starts a new folder. GATE_ACCUMULATE= starts a fresh run every time.
 # The exit code is the release decision for these candidates (0: every one may ship); the last lines say which may.
 # The controls (w4g32 must PASS, w2g32 must FAIL) are `make selftest`.
 GATE_VARIANTS ?= w4g64,kv4g32,w4g64+kv4g32
@@ -24,6 +28,7 @@ GATE_BATCH ?= 32
 GATE_BUDGET ?= 9m
 GATE_BASELINES ?= .cache/baselines
 GATE_PARAMS ?= code.source=both
+GATE_ACCUMULATE ?= --accumulate
 # anything else for `evalsuite run`, e.g. GATE_ARGS="--policy my-policy.yaml"
 GATE_ARGS ?=
 
@@ -42,7 +47,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 gate: setup
 	$(VENV)/bin/evalsuite run --variants $(GATE_VARIANTS) --tasks $(GATE_TASKS) \
 	  $(if $(GATE_MAX_SAMPLES),--max-samples $(GATE_MAX_SAMPLES)) --round-size $(GATE_ROUND) --batch-size $(GATE_BATCH) \
-	  --budget $(GATE_BUDGET) $(foreach p,$(GATE_PARAMS),--param '$(p)') --store-baseline $(GATE_BASELINES) $(GATE_ARGS)
+	  --budget $(GATE_BUDGET) $(foreach p,$(GATE_PARAMS),--param '$(p)') --store-baseline $(GATE_BASELINES) \
+	  $(GATE_ACCUMULATE) $(GATE_ARGS)
 
 # `make selftest`: the gate's own check on the embedded model. A no-op must PASS (w4g32 re-quantizes this Q4_1 model
 # onto its own grid: near-identical) and a destroyed variant must FAIL (w2g32); exit 0 when both do.

@@ -86,7 +86,7 @@ def fixed_checks(cnt: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
 
 def runner_looks(first: int, growth: int, cap: int) -> np.ndarray:
     """The runner's look schedule: ``first`` samples, then draws growing ``growth``-fold (16, 48, 112, 240 at 16, 2)
-    up to ``cap`` (``rounds.draw_size`` when every check asks for more than a round)."""
+    up to ``cap`` (``draws.draw_size`` when every check asks for more than a round)."""
     looks, step = [first], growth * first
     while looks[-1] < cap:
         looks.append(min(cap, looks[-1] + step))

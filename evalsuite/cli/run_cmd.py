@@ -59,6 +59,9 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--out", type=click.Path(path_type=Path), help="Runs folder (default ./runs or $EVALSUITE_RUNS).")
 @click.option("--run-id", help="Name of the run folder (default run-YYYYmmdd-HHMMSS).")
 @click.option("--resume", "resume", metavar="RUN", help="Continue an interrupted run (its stored config is used).")
+@click.option("--accumulate", is_flag=True,
+              help="Grow the evidence across invocations: continue the run of this exact configuration and code "
+                   "(runs/acc-<key>) under the new budget, or start it (docs/gate.md).")
 @click.option("--policy", type=click.Path(path_type=Path), help="Gate policy YAML (default: the shipped policy).")
 @click.option("--no-gate", is_flag=True, help="Only run and store; do not gate.")
 @click.option("--kld/--no-kld", default=True, show_default=True, help="Teacher-forced KL divergence vs baseline.")
@@ -98,7 +101,8 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
               help="Python with vLLM for --engine vllm (default: the venv `make vllm` builds).")
 def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, limit: int | None,
         max_samples: int | None, round_size: int, budget: str | None, seed: int, params: tuple[str, ...],
-        batch_size: int, out: Path | None, run_id: str | None, resume: str | None, policy: Path | None,
+        batch_size: int, out: Path | None, run_id: str | None, resume: str | None, accumulate: bool,
+        policy: Path | None,
         no_gate: bool, kld: bool, noise_floor: bool, baseline_dir: Path | None, store_baseline: Path | None,
         lm_eval_tasks: tuple[str, ...],
         lm_eval_include: Path | None, weight_kernels: str, reuse_prompt_kv: bool, recompute_identical: bool,
@@ -119,6 +123,8 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
 
     root = out or runs_root()
     load_policy(policy)  # a bad policy is refused before anything loads or runs
+    if accumulate and (resume or run_id):
+        raise EvalsuiteError("--accumulate names and continues its own run folder: drop --resume / --run-id")
     if not 0.0 <= verify_audit <= 1.0:
         raise EvalsuiteError(f"--verify-audit must be a fraction in [0, 1], got {verify_audit}")
     if device is not None or not resume:
@@ -149,6 +155,8 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
                            verify_bf16=verify == "on",
                            verify_audit=verify_audit)  # refuses --limit with --max-samples / --budget
         run_dir = root / (run_id or new_run_id())
+        if accumulate:
+            config, run_dir, resume = accumulated(config, root)
     set_run_dir(run_dir)
     quiet_libraries()
     baselines = store_baseline or baseline_dir or (baselines_root() if baselines_root().exists() else None)
@@ -167,3 +175,20 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
     from evalsuite.cli.finish import gate_and_report
 
     return gate_and_report(store, policy, echo=click.echo)
+
+
+def accumulated(config: RunConfig, root: Path) -> tuple[RunConfig, Path, str | None]:
+    """``--accumulate``: the run folder of ``config`` (evalsuite.run.accumulate), and, when it already holds a
+    run, its stored config under this invocation's budget, cap and device, and its name to resume."""
+    from evalsuite.core.store import Store
+    from evalsuite.run.accumulate import accumulate_id
+    from evalsuite.run.pipeline import resume_config
+
+    run_dir = root / accumulate_id(config)
+    resume = None
+    if (run_dir / Store.FILENAME).exists():
+        stored = resume_config(run_dir)
+        stored.budget_s, stored.max_samples, stored.device = config.budget_s, config.max_samples, config.device
+        config, resume = stored, run_dir.name
+    click.echo(f"--accumulate: {'continuing' if resume else 'starting'} {run_dir} (remove it to start over)")
+    return config, run_dir, resume

@@ -13,7 +13,9 @@ its share of the baseline's seconds per sample
 (the baseline answers a sample once for all the variants that need it), exceeds the budget left; or the samples
 exceed the safety cap (``max_samples``; default each stream's size, or ``DEFAULT_CAP`` for an endless one).
 Draws grow geometrically (``GROWTH``, from ``round_size``), are sized to what the open checks ask for, rounded up
-to whole decode batches, and cut to what the budget left affords at the measured seconds per sample. The run ends
+to whole decode batches, and cut to what the budget left affords at the measured seconds per sample; when that
+cannot give every variant wanting a task its need, the variant nearest a decision draws and the others sit the
+round out on that task (``draws.joining``). The run ends
 when nothing is open, when no open task can grow, or when the budget is spent (no new (variant, task) starts; a
 generation in progress stops after its current batch). The first round takes the tasks cheapest first; later
 rounds take, and draw, first the tasks where a check heading to a FAIL is open (``Decision.failing``), then the
@@ -36,10 +38,9 @@ from typing import Any, Callable, Protocol, Sequence
 from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.run.backend import Backend, VariantRef
+from evalsuite.run.draws import DEFAULT_CAP, draw_size, joining, pass_gap, task_cap
 from evalsuite.run.prepare import PreparedTask
 
-GROWTH = 2  #: each draw of a task is at most this many times its previous one (16, +32, +64, ... at 16)
-DEFAULT_CAP = 1000  #: the safety cap per task of an endless stream when --max-samples is not given
 
 
 class RoundsRunner(Protocol):
@@ -93,6 +94,8 @@ class Rounds:
         if self.budget_s is not None:
             runner.set_deadline(self.started + self.budget_s)
         needs: dict[str, dict[str, int]] | None = None  # after a round: variant -> task -> pairs still needed
+        if n_round and len(variants) > 1:  # resumed: only what is still open (a FAILed variant has no samples due)
+            active = self._still_open(runner, variants)
         while True:
             n_round += 1
             if needs is None:  # later rounds are ordered (quickest_first) when they are drawn
@@ -211,9 +214,27 @@ class Rounds:
         for v, per_task in needs.items():
             fit = {t: need for t, need in per_task.items()
                    if self.fits(v, t, need, drawn.get(t, 0), sharing[t], variants[0].name)}
+            to_pass = decision.to_pass.get(v, {})
+            room = {t: self.caps.get(t, DEFAULT_CAP) - drawn.get(t, 0) for t in to_pass}
+            seconds = {t: self.pair_seconds(v, t, sharing.get(t, 1), variants[0].name) for t in to_pass}
+            if fit and (why := pass_gap(to_pass, room, seconds, self.budget_left())):
+                fit = self._fail_only(v, fit, decision.can_fail.get(v, frozenset()), why)
             if fit:
                 out[v] = fit
         return out
+
+    def _fail_only(self, variant: str, per_task: dict[str, int], can_fail: frozenset[str], why: str) -> dict[str, int]:
+        """A variant whose PASS is out of reach (``why``) draws only where more pairs could FAIL it."""
+        for t in sorted(set(per_task) - can_fail):
+            self.out_of_reach.setdefault(variant, {})[t] = per_task[t]
+            self._sit_out(variant, t, f"out of reach: its PASS {why}, and no check on {t} heads to a FAIL")
+        return {t: need for t, need in per_task.items() if t in can_fail}
+
+    def _sit_out(self, variant: str, task: str, note: str) -> None:
+        """Record why ``variant`` stops drawing ``task`` (said once)."""
+        if self.stopped.get(variant, {}).get(task) != note:
+            self.log(f"{variant} · {task}: {note}: no more samples for it")
+        self.stopped.setdefault(variant, {})[task] = note
 
     def fits(self, variant: str, task: str, need: int, drawn: int, sharing: int, base: str) -> bool:
         """Whether ``need`` more pairs fit in the cap and the budget left; else recorded, said once, and False."""
@@ -236,8 +257,10 @@ class Rounds:
     def draw(self, runner: RoundsRunner, needs: dict[str, dict[str, int]], base: str) -> bool:
         """Draw the next samples of every task an open variant needs, in the runner's (quickest-first) order;
         False when none of them can grow. With a budget, a draw is cut to what the budget left affords at the
-        measured seconds per sample (the baseline's and every variant's that needs the task), after the draws
-        before it: whole batches where they fit, never fewer than the smallest need (which ``fits`` checked)."""
+        measured seconds per sample (the baseline's and every variant's that joins it), after the draws before
+        it: whole batches where they fit, never fewer than the first variant's need (which ``fits`` checked).
+        When the budget cannot give every variant its need, ``joining`` picks who runs the draw; the others sit
+        this round out on that task (removed from ``needs``, the round's ``active``) and run the samples later."""
         grew, left = False, self.budget_left()
         for task in runner.tasks:
             wants = {v: need[task.name] for v, need in needs.items() if task.name in need}
@@ -249,17 +272,34 @@ class Rounds:
                 self.capped[task.name] = f"cap {self.caps.get(task.name)}"
                 continue
             if left is not None:
-                per_sample = self.per_pair(base, task.name) + sum(self.per_pair(v, task.name) for v in wants)
-                afford = int(left // per_sample) if per_sample > 0 else k
-                if grew and afford < min(wants.values()):
+                order = self.priority(task.name, wants, base)
+                seconds = {v: self.per_pair(v, task.name) for v in order}
+                chosen, afford = joining(order, wants, seconds, self.per_pair(base, task.name), left, k)
+                if grew and afford < wants[chosen[0]]:
                     continue  # the draws before it took what is left; next round, if any
-                k = min(k, max(afford, min(wants.values()), 1))
-                left -= k * per_sample
+                k = min(k, max(afford, wants[chosen[0]], 1))
+                left -= k * (self.per_pair(base, task.name) + sum(seconds[v] for v in chosen))
+                self._defer(needs, task.name, [v for v in order if v not in chosen], chosen[0])
             if task.draw(k) == 0:
                 self.capped[task.name] = f"its {len(task.samples)} samples are all used"
                 continue
             self.steps[task.name], grew = k, True
         return grew
+
+    def priority(self, task: str, wants: dict[str, int], base: str) -> list[str]:
+        """The variants wanting ``task``, nearest decision first: a check heading to a FAIL before the rest, then
+        by the seconds their need takes (pairs x ``pair_seconds``)."""
+        def key(v: str) -> tuple[int, float, str]:
+            fail = self.failing.get(v, {}).get(task)
+            need = fail if fail is not None else wants[v]
+            return (0 if fail is not None else 1, need * self.pair_seconds(v, task, len(wants), base), v)
+
+        return sorted(wants, key=key)
+
+    def _defer(self, needs: dict[str, dict[str, int]], task: str, later: list[str], first: str) -> None:
+        for v in later:
+            needs[v].pop(task, None)
+            self._sit_out(v, task, f"budget left went to {first}'s nearer decision")
 
     def _import_baseline(self, runner: RoundsRunner, base: str, tasks: set[str]) -> None:
         """Take the new samples' baseline answers from a stored baseline, where it has them (no regeneration)."""
@@ -281,20 +321,3 @@ class Rounds:
                                   out_of_reach={v: t for v, t in self.out_of_reach.items() if t},
                                   stopped=self.stopped, round_costs=self.costs,
                                   seconds_per_pair={k: round(s / n, 3) for k, (s, n) in self.costs.items() if n})
-
-
-def task_cap(task: PreparedTask, max_samples: int | None) -> int:
-    """A task's safety cap: ``max_samples`` if given, else its stream's size, or ``DEFAULT_CAP`` when endless."""
-    if max_samples is not None:
-        return max_samples
-    size = task.task.stream_size(task.params, task.seed)
-    return size if size is not None else DEFAULT_CAP
-
-
-def draw_size(want: int, last: int, batch: int, room: int) -> int:
-    """The next draw of a task: what its open checks ask for, at least one decode batch, at most ``GROWTH``
-    times its last draw, rounded up to whole batches, within ``room``."""
-    k = min(max(want, batch, 1), GROWTH * max(last, 1))
-    k = -(-k // max(batch, 1)) * max(batch, 1)
-    return max(0, min(k, room))
-

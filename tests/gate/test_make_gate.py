@@ -31,5 +31,6 @@ def test_make_gate_gates_the_grid_on_every_task_family():
     assert _default("GATE_MAX_SAMPLES") == "" and _default("GATE_BUDGET") == "9m"  # the budget ends the run
     recipe = MAKEFILE.read_text().split("\ngate: setup\n")[1].split("\n\n")[0]
     assert "--store-baseline $(GATE_BASELINES)" in recipe and "w4g32" not in recipe and "w2g32" not in recipe
+    assert _default("GATE_ACCUMULATE") == "--accumulate" and "$(GATE_ACCUMULATE)" in recipe  # evidence grows
     selftest = MAKEFILE.read_text().split("\nselftest: setup\n")[1].split("\n\n")[0]
     assert "--variants w4g32,w2g32" in selftest and "'w4g32': 'PASS', 'w2g32': 'FAIL'" in selftest

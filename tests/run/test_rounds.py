@@ -198,7 +198,7 @@ def _loose_policy(tmp_path):
 
 
 def test_draws_fill_decode_batches_and_grow_geometrically():
-    from evalsuite.run.rounds import draw_size
+    from evalsuite.run.draws import draw_size
 
     assert draw_size(57, 20, 8, 140) == 40  # asked 57, at most 2x the last draw (40), whole batches of 8
     assert draw_size(5, 16, 32, 500) == 32  # a small need still runs one full batch
@@ -206,7 +206,7 @@ def test_draws_fill_decode_batches_and_grow_geometrically():
 
 
 def test_cap_defaults_to_the_stream_size_or_1000():
-    from evalsuite.run.rounds import DEFAULT_CAP, task_cap
+    from evalsuite.run.draws import DEFAULT_CAP, task_cap
     from tests.conftest import prepared
 
     (task,) = prepared(BigCopyTask(), n=200)
@@ -342,3 +342,77 @@ def test_a_draw_is_cut_to_what_the_budget_left_affords():
     runner = _Tasks(_three_tasks())
     assert rounds.draw(runner, {"v": {"near": 5}}, "bf16")
     assert len(next(t for t in runner.tasks if t.name == "near").samples) - 16 == 9  # 30 s / 3 s, not a batch
+
+
+def test_a_short_budget_goes_to_the_variant_nearest_a_decision():
+    from evalsuite.run.rounds import Rounds
+
+    def run(kv_need):
+        runner = _Tasks(_three_tasks())
+        rounds = Rounds(round_size=16, batch_size=32, budget_s=100.0, log=lambda s: None)
+        # seconds per pair: the baseline 3.0, w 3.4, kv 2.4 on "near": all three cost 8.8 s a sample
+        rounds.costs = {"bf16/near": [48.0, 16], "w/near": [54.4, 16], "kv/near": [38.4, 16]}
+        rounds.failing = {"w": {"near": 4}}  # w's FAIL is 4 pairs away
+        needs = {"w": {"near": 4}, "kv": {"near": kv_need}}
+        assert rounds.draw(runner, needs, "bf16")
+        return len(next(t for t in runner.tasks if t.name == "near").samples) - 16, needs, rounds.stopped
+
+    drawn, needs, stopped = run(kv_need=60)
+    # together ~100 s afford 11 samples, short of kv's 60: w draws alone, 100 s / 6.4 s = 15 samples
+    assert drawn == 15
+    assert needs == {"w": {"near": 4}, "kv": {}}
+    assert "w's nearer decision" in stopped["kv"]["near"]
+    drawn, needs, stopped = run(kv_need=8)
+    assert drawn == 11 and needs["kv"] == {"near": 8}  # 11 samples cover both needs: both run them
+    assert "kv" not in stopped
+
+
+def test_the_decision_says_what_a_pass_needs_and_where_a_fail_can_come():
+    from evalsuite.gate.decide import decision
+    from evalsuite.gate.pooled import POOLED
+    from evalsuite.gate.types import CheckResult, GateResult
+
+    def check(task, kind, observed, more, slice_="all", n=16, pools=()):
+        return CheckResult("v", task, slice_, kind, 0.05 if kind == "max_drop" else 0.2, observed, "INCONCLUSIVE",
+                           "", None, n, more, pools=pools)
+
+    checks = [check("json", "max_drop", -0.01, 3279), check("json", "max_flip_rate", 0.06, 32),
+              check("needle", "max_drop", -0.125, 40), check("needle", "max_flip_rate", 0.1, 19),
+              check("needle", "max_drop", 0.0, 30, "ctx=long", n=8),
+              check(POOLED, "pooled_max_drop", 0.05, None, pools=(("json", 16), ("needle", 16)))]
+    got = decision(GateResult(checks=checks, variant_verdicts={"v": "INCONCLUSIVE"}))
+    # a PASS needs json's slowest check; on needle the drop heads to a FAIL, so its flips and slice (30 x 2) count
+    assert got.to_pass == {"v": {"json": 3279, "needle": 60}}
+    assert got.can_fail == {"v": frozenset({"needle"})}  # the pooled margin is above 0: not heading to a FAIL
+    checks[-1] = check(POOLED, "pooled_max_drop", -0.02, 90, pools=(("json", 16), ("needle", 16)))
+    assert decision(GateResult(checks=checks)).can_fail == {"v": frozenset({"json", "needle"})}
+
+
+def test_a_variant_whose_pass_is_out_of_reach_draws_only_where_it_can_fail():
+    from evalsuite.core.decision import Decision
+    from evalsuite.run.rounds import Rounds
+
+    runner = _Tasks(_three_tasks())
+    lines = []
+    got = Decision({"kv": "INCONCLUSIVE", "w": "INCONCLUSIVE"},
+                   {"kv": {"cheap": 2, "near": 20}, "w": {"cheap": 30, "near": 4}},
+                   {"kv": {"near": 20}, "w": {"near": 4}},
+                   {"kv": {"cheap": 3279, "near": 0}, "w": {"cheap": 30, "near": 0}},
+                   {"kv": frozenset({"near"}), "w": frozenset({"near"})})
+    rounds = Rounds(round_size=16, batch_size=8, budget_s=300.0, decide=lambda store: got, log=lines.append)
+    rounds.caps = {t.name: 5000 for t in runner.tasks}
+    rounds.costs = {f"{v}/{t}": [16.0, 16] for v in ("bf16", "kv", "w") for t in ("cheap", "near")}
+    runner.store = None
+    needs = rounds._still_open(runner, [_Ref("bf16"), _Ref("kv"), _Ref("w")])
+    # kv's PASS needs ~3279 cheap pairs (~4,900 s): only its needle drop, heading to a FAIL, keeps drawing;
+    # w's PASS (30 pairs) fits, so it draws both tasks
+    assert needs == {"kv": {"near": 20}, "w": {"cheap": 30, "near": 4}}
+    assert rounds.stopped["kv"]["cheap"].startswith("out of reach: its PASS needs ~3279 more pairs on cheap")
+    assert len([s for s in lines if "kv · cheap" in s]) == 1
+    got.can_fail.pop("kv")  # nothing heads to a FAIL any more: kv stops altogether
+    assert rounds._still_open(runner, [_Ref("bf16"), _Ref("kv"), _Ref("w")]) == {"w": {"cheap": 30, "near": 4}}
+
+
+class _Ref:
+    def __init__(self, name):
+        self.name = name

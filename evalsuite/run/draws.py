@@ -1,0 +1,63 @@
+"""How big a sequential run's next draw of a task is, and who runs it: pure functions of the measured costs and
+the open checks' needs (``evalsuite.run.rounds`` applies them round by round)."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from evalsuite.run.prepare import PreparedTask
+
+GROWTH = 2  #: each draw of a task is at most this many times its previous one (16, +32, +64, ... at 16)
+DEFAULT_CAP = 1000  #: the safety cap per task of an endless stream when --max-samples is not given
+
+
+def task_cap(task: PreparedTask, max_samples: int | None) -> int:
+    """A task's safety cap: ``max_samples`` if given, else its stream's size, or ``DEFAULT_CAP`` when endless."""
+    if max_samples is not None:
+        return max_samples
+    size = task.task.stream_size(task.params, task.seed)
+    return size if size is not None else DEFAULT_CAP
+
+
+def joining(order: Sequence[str], wants: dict[str, int], seconds: dict[str, float], base_s: float, left: float,
+            k: int) -> tuple[list[str], int]:
+    """Who runs a task's next draw of ``k`` samples with ``left`` seconds of budget, and how many samples that
+    affords. Everyone, when the budget covers ``k`` for all; else the first variant of ``order`` and each next one
+    whose joining still leaves every joined variant its need (a draw too short for a variant's need buys it
+    nothing it can decide on in this budget). Returns (joined variants, samples afforded)."""
+    def afford(names: Sequence[str]) -> int:
+        per_sample = base_s + sum(seconds[v] for v in names)
+        return int(left // per_sample) if per_sample > 0 else k
+
+    if afford(order) >= k:
+        return list(order), afford(order)
+    chosen = [order[0]]
+    for v in order[1:]:
+        if afford(chosen + [v]) >= max(wants[u] for u in chosen + [v]):
+            chosen.append(v)
+    return chosen, afford(chosen)
+
+
+def pass_gap(to_pass: Mapping[str, int | None], room: Mapping[str, int], seconds: Mapping[str, float],
+             left: float | None) -> str:
+    """Why a variant's PASS (``Decision.to_pass``: pairs per task for every open check) does not fit the room its
+    tasks' caps leave and the ``left`` seconds of budget, its tasks one after another at ``seconds`` per pair;
+    "" when it fits."""
+    for t, need in to_pass.items():
+        if need is None:
+            return f"needs a {t} check that more pairs cannot decide"
+        if need > room[t]:
+            return f"needs ~{need} more pairs on {t}, more than its cap leaves ({room[t]})"
+    cost = {t: need * seconds[t] for t, need in to_pass.items() if need}
+    if left is None or sum(cost.values()) <= left:
+        return ""
+    worst = max(cost, key=cost.__getitem__)
+    return f"needs ~{to_pass[worst]} more pairs on {worst} (~{cost[worst]:.0f} s; {max(left, 0):.0f} s left)"
+
+
+def draw_size(want: int, last: int, batch: int, room: int) -> int:
+    """The next draw of a task: what its open checks ask for, at least one decode batch, at most ``GROWTH``
+    times its last draw, rounded up to whole batches, within ``room``."""
+    k = min(max(want, batch, 1), GROWTH * max(last, 1))
+    k = -(-k // max(batch, 1)) * max(batch, 1)
+    return max(0, min(k, room))
+
