@@ -97,42 +97,23 @@ def _need(r2w: int, same: int, w2r: int, t: float) -> int:
     return min([x for x in (drop, flip) if x > 0] or [0])
 
 
-def _leans_fail(r2w: int, same: int, w2r: int, t: float) -> tuple[bool, bool]:
-    """(max_drop, max_flip_rate) of a row: whether its observed value is already beyond its threshold."""
-    n = max(r2w + same + w2r, 1)
-    return (w2r - r2w) / n < -t, (r2w + w2r) / n > FLIP_LIMIT
-
-
-@lru_cache(maxsize=None)
-def _pass_need(r2w: int, same: int, w2r: int, t: float) -> int:
-    """Pairs after which this row's checks not heading to a FAIL would all decide (a PASS needs them all)."""
-    drop_fail, flip_fail = _leans_fail(r2w, same, w2r, t)
-    drop = 0 if drop_fail else seq.more_needed(DIFF_V, np.array([r2w, same, w2r], float), (1 - t) / 2)
-    flip = 0 if flip_fail else seq.more_needed(FLIP_V, np.array([same, r2w + w2r], float), FLIP_LIMIT)
-    return max(drop, flip)
-
-
 @lru_cache(maxsize=None)
 def _pooled_need(key: tuple[tuple[int, int, int], ...]) -> int:
     return pooled.more_needed([(DIFF_V, np.array(c, float), t) for c, t in zip(key, TOL.values())])
 
 
 def reachable(res: dict, r: int, j: int, left: int, use_pooled: bool) -> bool:
-    """Whether some open check of run ``r`` at look ``j`` could decide within ``left`` more pairs per task. As
-    the runner (``Rounds.pass_fits``): when the variant's PASS (every check not heading to a FAIL) does not fit,
-    only checks heading to a FAIL count, and the pooled check only while its mean margin is below 0."""
+    """Whether some open check of run ``r`` at look ``j`` could decide within ``left`` more pairs per task."""
     rows = res["rows"]
-    counts = [tuple(int(x) for x in cnt[r, j]) for cnt, _ in rows]
-    scale = [3 if k == 4 else 1 for k in range(len(rows))]  # the slice holds a third of needle's samples
-    pass_fits = max(_pass_need(*c, t) * s for c, (_, t), s in zip(counts, rows, scale)) <= left
-    for c, (_, t), s in zip(counts, rows, scale):
-        if (pass_fits or any(_leans_fail(*c, t))) and 0 < _need(*c, t) * s <= left:
+    for k, (cnt, t) in enumerate(rows):
+        a, b, c = (int(x) for x in cnt[r, j])
+        scale = 3 if k == 4 else 1  # the slice holds a third of needle's samples
+        if 0 < _need(a, b, c, t) * scale <= left:
             return True
     if not use_pooled:
         return False
-    key = tuple(counts[:4])
-    margin = sum((c[2] - c[0]) / max(sum(c), 1) + t for c, t in zip(key, TOL.values()))
-    return (pass_fits or margin < 0) and 0 < _pooled_need(key) <= 4 * left
+    key = tuple(tuple(int(x) for x in cnt[r, j]) for cnt, _ in rows[:4])
+    return 0 < _pooled_need(key) <= 4 * left
 
 
 def run(sc: Multi, reps: int, pairs: int, seed: int, use_pooled: bool = True) -> dict:
@@ -169,7 +150,6 @@ def set_prior(name: str) -> None:
     w = {"c": c, "c2": c ** 2, "uniform": np.ones_like(c)}[name]
     seq._LOGW = np.log(w / w.sum())
     _need.cache_clear()
-    _pass_need.cache_clear()
     _pooled_need.cache_clear()
 
 

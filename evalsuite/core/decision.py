@@ -24,12 +24,6 @@ class Decision:
     #: observed value is already beyond its threshold needs (one such check deciding decides the variant; a PASS
     #: needs them all)
     failing: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    #: variant -> task -> pairs after which every open check on it not heading to a FAIL would decide (a PASS
-    #: needs them all; None: one of them more pairs cannot decide)
-    to_pass: Mapping[str, Mapping[str, int | None]] = field(default_factory=dict)
-    #: variant -> the tasks on which more pairs could FAIL it: those in ``failing``, and every task of a pooled
-    #: check whose mean margin is already below 0
-    can_fail: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def failed(self) -> set[str]:

@@ -29,29 +29,7 @@ def decision(gate: GateResult) -> Decision:
     open_ = {v: {t: pairs_to_decide(gate, v, t) for t in tasks} for v, tasks in tasks_of.items()}
     failing = {v: {t: n for t in tasks if (n := pairs_to_decide(gate, v, t, leans_fail))}
                for v, tasks in tasks_of.items()}
-    to_pass = {v: {t: pairs_to_pass(gate, v, t) for t in tasks} for v, tasks in tasks_of.items()}
-    can_fail = {v: frozenset(failing[v]) | pooled_failing(gate, v) for v in tasks_of}
-    return Decision(dict(gate.variant_verdicts), open_, {v: t for v, t in failing.items() if t}, to_pass,
-                    {v: t for v, t in can_fail.items() if t})
-
-
-def pooled_failing(gate: GateResult, variant: str) -> frozenset[str]:
-    """The tasks of ``variant``'s open pooled check when its mean margin is already below 0 (heading to a FAIL)."""
-    return frozenset(t for c in gate.checks if c.variant == variant and c.task == POOLED
-                     and c.verdict == "INCONCLUSIVE" and c.more_needed and c.observed < 0 for t, _ in c.pools)
-
-
-def pairs_to_pass(gate: GateResult, variant: str, task: str) -> int | None:
-    """Samples of ``task`` after which every open per-task check not heading to a FAIL would decide: the slowest
-    ``more_needed`` (a slice's scaled to task samples), since a PASS needs them all; None when one of them has no
-    estimate (more samples cannot decide it), 0 when none is open."""
-    mine = [c for c in gate.checks if c.variant == variant and c.task == task and c.verdict == "INCONCLUSIVE"
-            and not leans_fail(c)]
-    task_n = max((c.n for c in gate.checks if c.variant == variant and c.task == task), default=0)
-    if any(c.more_needed is None for c in mine):
-        return None
-    return max((-(-c.more_needed * task_n // c.n) if c.n and task_n > c.n else c.more_needed for c in mine),
-               default=0)
+    return Decision(dict(gate.variant_verdicts), open_, {v: t for v, t in failing.items() if t})
 
 
 def leans_fail(check: CheckResult) -> bool:

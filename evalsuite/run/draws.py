@@ -2,7 +2,7 @@
 the open checks' needs (``evalsuite.run.rounds`` applies them round by round)."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from evalsuite.run.prepare import PreparedTask
 
@@ -35,23 +35,6 @@ def joining(order: Sequence[str], wants: dict[str, int], seconds: dict[str, floa
         if afford(chosen + [v]) >= max(wants[u] for u in chosen + [v]):
             chosen.append(v)
     return chosen, afford(chosen)
-
-
-def pass_gap(to_pass: Mapping[str, int | None], room: Mapping[str, int], seconds: Mapping[str, float],
-             left: float | None) -> str:
-    """Why a variant's PASS (``Decision.to_pass``: pairs per task for every open check) does not fit the room its
-    tasks' caps leave and the ``left`` seconds of budget, its tasks one after another at ``seconds`` per pair;
-    "" when it fits."""
-    for t, need in to_pass.items():
-        if need is None:
-            return f"needs a {t} check that more pairs cannot decide"
-        if need > room[t]:
-            return f"needs ~{need} more pairs on {t}, more than its cap leaves ({room[t]})"
-    cost = {t: need * seconds[t] for t, need in to_pass.items() if need}
-    if left is None or sum(cost.values()) <= left:
-        return ""
-    worst = max(cost, key=cost.__getitem__)
-    return f"needs ~{to_pass[worst]} more pairs on {worst} (~{cost[worst]:.0f} s; {max(left, 0):.0f} s left)"
 
 
 def draw_size(want: int, last: int, batch: int, room: int) -> int:

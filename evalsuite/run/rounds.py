@@ -38,7 +38,7 @@ from typing import Any, Callable, Protocol, Sequence
 from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.run.backend import Backend, VariantRef
-from evalsuite.run.draws import DEFAULT_CAP, draw_size, joining, pass_gap, task_cap
+from evalsuite.run.draws import DEFAULT_CAP, draw_size, joining, task_cap
 from evalsuite.run.prepare import PreparedTask
 
 
@@ -214,27 +214,9 @@ class Rounds:
         for v, per_task in needs.items():
             fit = {t: need for t, need in per_task.items()
                    if self.fits(v, t, need, drawn.get(t, 0), sharing[t], variants[0].name)}
-            to_pass = decision.to_pass.get(v, {})
-            room = {t: self.caps.get(t, DEFAULT_CAP) - drawn.get(t, 0) for t in to_pass}
-            seconds = {t: self.pair_seconds(v, t, sharing.get(t, 1), variants[0].name) for t in to_pass}
-            if fit and (why := pass_gap(to_pass, room, seconds, self.budget_left())):
-                fit = self._fail_only(v, fit, decision.can_fail.get(v, frozenset()), why)
             if fit:
                 out[v] = fit
         return out
-
-    def _fail_only(self, variant: str, per_task: dict[str, int], can_fail: frozenset[str], why: str) -> dict[str, int]:
-        """A variant whose PASS is out of reach (``why``) draws only where more pairs could FAIL it."""
-        for t in sorted(set(per_task) - can_fail):
-            self.out_of_reach.setdefault(variant, {})[t] = per_task[t]
-            self._sit_out(variant, t, f"out of reach: its PASS {why}, and no check on {t} heads to a FAIL")
-        return {t: need for t, need in per_task.items() if t in can_fail}
-
-    def _sit_out(self, variant: str, task: str, note: str) -> None:
-        """Record why ``variant`` stops drawing ``task`` (said once)."""
-        if self.stopped.get(variant, {}).get(task) != note:
-            self.log(f"{variant} · {task}: {note}: no more samples for it")
-        self.stopped.setdefault(variant, {})[task] = note
 
     def fits(self, variant: str, task: str, need: int, drawn: int, sharing: int, base: str) -> bool:
         """Whether ``need`` more pairs fit in the cap and the budget left; else recorded, said once, and False."""
@@ -297,9 +279,13 @@ class Rounds:
         return sorted(wants, key=key)
 
     def _defer(self, needs: dict[str, dict[str, int]], task: str, later: list[str], first: str) -> None:
+        """``later`` sit this round out on ``task`` (said once each): the budget left went to ``first``."""
         for v in later:
             needs[v].pop(task, None)
-            self._sit_out(v, task, f"budget left went to {first}'s nearer decision")
+            note = f"budget left went to {first}'s nearer decision"
+            if self.stopped.get(v, {}).get(task) != note:
+                self.log(f"{v} · {task}: {note}: it waits")
+            self.stopped.setdefault(v, {})[task] = note
 
     def _import_baseline(self, runner: RoundsRunner, base: str, tasks: set[str]) -> None:
         """Take the new samples' baseline answers from a stored baseline, where it has them (no regeneration)."""

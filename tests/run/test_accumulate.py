@@ -42,7 +42,8 @@ def test_a_second_invocation_continues_the_run_under_its_new_budget(tiny, tmp_pa
 
     def go(config, run_dir, resume):
         return execute(config, run_dir, resume, InProcessBackend.of(tiny, seed=config.seed), progress=False,
-                       log=lambda s: None, registry=reg, decide=store_decider())
+                       log=lambda s: None, registry=reg, decide=store_decider(), baselines=tmp_path / "baselines",
+                       grow_baseline=True)  # as make gate: a stored, grown baseline too
 
     config, run_dir, resume = accumulated(_config(max_samples=20, budget_s=600.0), tmp_path)
     assert resume is None and run_dir.name == accumulate_id(config)
