@@ -43,4 +43,3 @@ def draw_size(want: int, last: int, batch: int, room: int) -> int:
     k = min(max(want, batch, 1), GROWTH * max(last, 1))
     k = -(-k // max(batch, 1)) * max(batch, 1)
     return max(0, min(k, room))
-

@@ -42,7 +42,6 @@ from evalsuite.run.draws import DEFAULT_CAP, draw_size, joining, task_cap
 from evalsuite.run.prepare import PreparedTask
 
 
-
 class RoundsRunner(Protocol):
     """What Rounds uses of a Runner (``evalsuite.run.runner.Runner``)."""
 
