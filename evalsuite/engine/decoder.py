@@ -27,6 +27,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, QuantizedLayer
 
 from evalsuite.kvcache import track_mask
+from evalsuite.models.attention import prompt_prefill
 from evalsuite.models.device import synchronize
 from evalsuite.tasks.base import GenSettings
 
@@ -95,8 +96,9 @@ def encode_prefix(model: Any, ids: Sequence[int], cache: Any = None) -> Prefix |
     if not plain_dynamic(model) or not exact_prefill(cache):
         return Prefix(tuple(ids), None)
     cache = DynamicCache(config=model.config)
-    model(input_ids=torch.tensor([list(ids)], device=model.device), cache=cache, use_cache=True,
-          **_last_logits_only(model))
+    with prompt_prefill():
+        model(input_ids=torch.tensor([list(ids)], device=model.device), cache=cache, use_cache=True,
+              **_last_logits_only(model))
     return Prefix(tuple(ids), tuple((layer.keys, layer.values) for layer in cache.layers))
 
 
@@ -161,8 +163,9 @@ def prefill(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, ca
         head = torch.tensor([list(prefix.ids)] * b, device=dev) if prefix else own[:, :0]
         ids, ids_pos = torch.cat([head, own], dim=-1), pos
     track_mask(work, mask)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=ids_pos, cache=work, use_cache=True,
-                **_last_logits_only(model))
+    with prompt_prefill():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=ids_pos, cache=work, use_cache=True,
+                    **_last_logits_only(model))
     if transfer and observer is not None:
         observer(prefix, rows, work, out.logits[:, -1, :], mask)
     return (_transfer(work, cache, mask) if transfer else work), out.logits[:, -1, :], mask

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
+from evalsuite.models.invariance import invariant
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
 from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills, plain_dynamic, plan_batches
@@ -94,7 +95,8 @@ class InProcessBackend:
     def settings(self) -> dict[str, Any]:
         return {"backend": "in-process", "compute_dtype": self.loaded.dtype,
                 "device": self.loaded.meta.get("device", "cpu"), "max_batch_tokens": self.max_batch_tokens,
-                "weight_kernels": self.kernels, "attention": self.loaded.meta.get("attention", "sdpa")}
+                "weight_kernels": self.kernels, "attention": self.loaded.meta.get("attention", "sdpa"),
+                "batch_invariant": invariant(self.loaded.model)}
 
     @property
     def loaded(self) -> LoadedModel:

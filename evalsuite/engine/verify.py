@@ -10,9 +10,13 @@ the pass, written into a fresh cache, which quantizes exactly the blocks decodin
 is fed as a decode step and the row decodes step by step from position ``t`` on (``diverged@t``). This is
 speculative decoding with the baseline as the draft model.
 
-Exactness: the pass and a step-by-step decode differ only in float rounding (batched vs one-token matmuls). A
-position whose top-2 logit margin is below ``NEAR_TIE`` (in the variant's compute dtype) counts as a mismatch, so
-rounding cannot silently flip a choice: such a row decodes from there, step by step, as regeneration would.
+Exactness: with batch-invariant kernels (``models.invariance``: evalsuite's attention and padded Linear calls on
+the CPU, checked by a probe) the pass computes bit for bit what a step-by-step decode computes, so its choices are
+the decode's; only a float32 model keeps a tiny margin (``EXACT_TIE``: its attention values are accumulated in
+float64 and rounded, which can differ in the last bit about once in 10**7 values). Elsewhere (quanto's kernels,
+CUDA, other attention implementations) the two differ in float rounding, and a position whose top-2 logit margin is
+below ``NEAR_TIE`` (in the variant's compute dtype) counts as a mismatch, so rounding cannot silently flip a
+choice: such a row decodes from there, step by step, as regeneration would.
 The same pass gives the KLD (``kld_rows``): one forward, not two.
 """
 from __future__ import annotations
@@ -25,10 +29,13 @@ import torch
 from evalsuite.engine.decoder import Decoded, Prefix, decode_from, fill_cache
 from evalsuite.engine.forced import Forced, PromptKV, forced_pass
 from evalsuite.core.records import Reference
+from evalsuite.models.invariance import invariant
 from evalsuite.tasks.base import GenSettings
 
 #: a top-2 logit margin below this (per compute dtype) is a near-tie: verification does not trust the pass there
 NEAR_TIE = {torch.float32: 1e-3, torch.float64: 1e-6, torch.bfloat16: 0.25, torch.float16: 0.05}
+#: the same with batch-invariant kernels: bit-identical logits, except float32's float64-accumulated values
+EXACT_TIE = {torch.float32: 1e-5}
 
 
 @dataclass(frozen=True)
@@ -40,18 +47,21 @@ class Check:
     checked: int  # positions compared
 
 
-def near_tie(dtype: torch.dtype) -> float:
-    return NEAR_TIE.get(dtype, 1e-3)
+def near_tie(dtype: torch.dtype, exact: bool = False) -> float:
+    """The near-tie margin for logits of ``dtype``; ``exact``: the model's kernels are batch-invariant."""
+    return EXACT_TIE.get(dtype, 0.0) if exact else NEAR_TIE.get(dtype, 1e-3)
 
 
-def first_divergence(logits: torch.Tensor, ref: Reference, stop_ids: set[int]) -> Check:
-    """Compare the pass's choices with ``ref``: position k < len(ids) must pick ids[k] by at least the near-tie
-    margin; after an EOS-ended answer, position len(ids) must pick a stop token."""
+def first_divergence(logits: torch.Tensor, ref: Reference, stop_ids: set[int], margin: float | None = None
+                     ) -> Check:
+    """Compare the pass's choices with ``ref``: position k < len(ids) must pick ids[k] by more than ``margin``
+    (default ``near_tie`` of the logits' dtype) over the runner-up; after an EOS-ended answer, position len(ids)
+    must pick a stop token."""
     n = len(ref.ids)
     checks = n + 1 if ref.stop == "eos" else n
     top = logits[:checks].topk(2, dim=-1)
-    margin = (top.values[:, 0] - top.values[:, 1]).float()
-    tie = margin < near_tie(logits.dtype)
+    gap = (top.values[:, 0] - top.values[:, 1]).float()
+    tie = (gap < (near_tie(logits.dtype) if margin is None else margin)) | (gap == 0)  # argmax breaks exact ties
     choice = top.indices[:, 0].tolist()
     for k in range(checks):
         ok = choice[k] in stop_ids if k == n else choice[k] == ref.ids[k]
@@ -141,9 +151,10 @@ def verify_batch(var: Side, tokenizer: Any, rows: Sequence[Sequence[int]], refs:
     f = forced_pass(var.model, rows, var.prefix, var.make_cache(True), tokenizer.pad_token_id,
                     [r.ids[: r.fed] for r in refs], var.snapshot)
     checks, klds, first = [], [], {}
+    margin = near_tie(f.last.dtype, invariant(var.model))
     for r, ref in enumerate(refs):
         logits = f.logits(r)
-        checks.append(first_divergence(logits, ref, stop_ids))
+        checks.append(first_divergence(logits, ref, stop_ids, margin))
         klds.append(kld_rows(logits, base_lp[r]))
         if checks[-1].diverged is not None:
             first[r] = logits[checks[-1].diverged]

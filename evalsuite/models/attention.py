@@ -1,115 +1,212 @@
-"""The attention every in-process model runs: transformers' SDPA, except for single-query decode steps and the
-prefill of left-padded prompts on the CPU.
+"""The attention every in-process model runs on the CPU: batch-invariant kernels (``models.invariance``).
 
-A decode step attends one query per row to the whole cache. On the CPU, PyTorch's fused SDPA kernel
-(``_scaled_dot_product_flash_attention_for_cpu``) is slow at that shape in bf16: measured on a 2-core AVX-512-bf16
-EPYC at SmolLM2-135M's shape (9 query heads over 3 K/V heads, head dim 64), batch 16, a layer's call takes 3.2 ms
-at 300 cached tokens and 19.6 ms at 2,048 (54% of an unpadded decode step's CPU time at 300), against 0.5 and
-3.2 ms for the same product as two batched matmuls (the query heads grouped onto their K/V head, no
-``repeat_kv``) with float32 scores and softmax (``benchmarks/decode_attention.py``). Its error against a float32
-reference is the fused kernel's (both accumulate in float32). In the engine the gain is smaller than the call's,
-because transformers already packs the query heads at a padded decode step: the embedded model's needle answers
-(16 samples, bf16, batch 16) generate in 36.3 s against 38.3 s, and a batch-16 step at 1,200 cached tokens takes
-156 ms against 174 ms.
+A token's attention output must not depend on the other rows of its batch, on its row's padding or holes, or on
+whether it is fed alone (a decode step) or with later tokens (a teacher-forced pass, where later tokens are masked).
+Two kernels, registered with transformers' ``AttentionInterface`` as ``NAME``:
 
-A prefill of left-padded prompts gets an explicit boolean mask from transformers, and the CPU's fused kernel then
-computes every block of the square, the masked half and the padding included. In bf16/fp16 on the CPU, when the
-mask is exactly causal over a shared prefix and each row's own tokens (``padded_causal``), each row instead runs
-SDPA with ``is_causal=True`` over those tokens only, which skips the masked blocks: 2.1-2.9x faster per layer call
-at needle lengths (rows of 600-2,000 tokens), 1.4x at 300-550; the prefill attention of 16 needle samples' generation
-took 9.9 s against 16.0 s. Padding positions get zeros (their K/V are masked everywhere after). Other multi-token
-chunks (a KLD or verification pass after a cached prompt) and float32 (where SDPA is as fast) keep SDPA.
+* ``cached_attention``: every forward that reads a cache (decode steps, verification and KLD chunks). Scores are an
+  fp32 matmul of the query rows (padded to ``MIN_ROWS``) against every key column (at least ``MIN_KEYS``: masked
+  zero columns pad fewer); its reduction runs over the head dimension only, so a score does not depend on the
+  other columns. Masked columns get ``-inf``; the max is exact; ``exp`` is elementwise; the denominator is summed
+  exactly: each term in [0, 1] rounded to a grid of 2**-24 (an integer in float32), summed in float64 (every
+  partial sum is representable, so the order does not matter; the rounding costs at most keys x 2**-25 of the
+  denominator). The probabilities times the values must not depend on where a row's keys sit either: in the
+  values' dtype where ``models.invariance.probe`` shows that matmul ignores zero (masked) columns bit for bit
+  (bf16 on AVX-512-BF16 CPUs), else ``block_sum`` (each row's keys re-laid from column 0, a fixed-size float32
+  matmul per block of ``BLOCK`` keys, the blocks added in order). So a query reads exactly its own row's unmasked
+  keys in order, whatever else the tensor holds.
+* ``row_prefill``: a prompt's prefill (``engine.prefill`` marks it with ``prompt_prefill``; so is any forward with
+  nothing cached before its queries). Each row runs SDPA alone over its own real columns (shared prefix + its own
+  tokens, no padding): ``is_causal`` where the pattern is causal (zero queries stand in for a short prefix's), an
+  explicit mask of that row otherwise. The kernel depends on the row only, so a prompt's K/V are the same in any
+  batch.
 
-What it changes: float rounding only. Answers generated with it can differ from SDPA's where two tokens nearly tie,
-as between any two kernels, so the kernel is part of a run's settings (``attention``) and of a stored baseline's
-key: a baseline generated with another kernel is regenerated, never mixed in.
+Measured on a 2-core AVX-512-BF16 EPYC (SmolLM2-135M, ``benchmarks/decode_attention.py``): see docs/verification.md.
+Other devices, additive masks, soft-capping, sinks and ``output_attentions`` keep transformers' SDPA (and
+``models.invariance.invariant`` is False there).
+
+What it changes against SDPA: float rounding only; the kernel's name is part of a run's settings and of a stored
+baseline's key (a baseline generated with another kernel is regenerated, never mixed in).
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import weakref
+from contextvars import ContextVar
+from typing import Any, Iterator
 
 import torch
+import torch.nn.functional as F
 
-#: the name registered with transformers' AttentionInterface; it is a stored baseline's ``attention`` key, so it
-#: changes whenever the kernels' rounding does (2: per-row causal prefill of padded prompts)
-NAME = "evalsuite_sdpa2"
-HALF = (torch.bfloat16, torch.float16)  #: dtypes that take ``decode_attention`` and ``padded_causal`` (fp32: SDPA)
+from evalsuite.models.invariance import (BLOCK, MIN_KEYS, MIN_ROWS, NAME, head_dim, linear_shapes, pad_small_batches,
+                                         probe)
 
-
-def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
-                     scaling: float) -> torch.Tensor:
-    """Attention of one query per row: query [B, H, 1, D], key/value [B, KH, L, D] (H a multiple of KH), mask
-    None or [B, 1, 1, L] (bool: True attends; or additive float). Returns [B, 1, H, D] (transformers' layout)."""
-    b, h, _, d = query.shape
-    kh, length = key.shape[1], key.shape[2]
-    grouped = query.reshape(b, kh, h // kh, d)  # query head j uses K/V head j // (h // kh), as repeat_kv does
-    scores = torch.matmul(grouped.float(), key.float().transpose(-1, -2)) * scaling  # [B, KH, G, L]
-    if mask is not None:
-        mask = mask.reshape(mask.shape[0], 1, 1, length)
-        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask.float()
-    probs = torch.softmax(scores, dim=-1).to(value.dtype)
-    out = torch.matmul(probs, value)  # [B, KH, G, Dv]
-    return out.reshape(b, 1, h, value.shape[-1])
+FIXED = 2.0 ** 24  #: the denominator's fixed-point grid (a float32 integer per key; exact sums up to 2**29 keys)
+_PREFILL: ContextVar[bool] = ContextVar("evalsuite_prompt_prefill", default=False)
+_LAST: list[Any] = [None, None, None]  #: ``_layout``'s last mask (a weak reference), key count, layout
 
 
-def padded_causal(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
-                  scaling: float) -> torch.Tensor | None:
-    """Prefill attention of left-padded rows after an optional shared prefix: query [B, H, n, D], key/value
-    [B, KH, P + n, D] (P cached prefix tokens every row attends to, then each row's padding and own tokens).
-    Each row runs SDPA's ``is_causal`` square over prefix + own tokens (zero queries stand in for the prefix's,
-    whose outputs are dropped, so only a prefix of at most n/2 qualifies); padding positions get zeros. Returns
-    [B, n, H, D], or None unless ``mask`` ([B, 1, n, P + n] bool) is exactly that pattern (a sliding window or any
-    other keeps the caller's kernel)."""
+@contextlib.contextmanager
+def prompt_prefill() -> Iterator[None]:
+    """Within the block, multi-token forwards are prompt prefills (``row_prefill``), not chunks over a cache."""
+    token = _PREFILL.set(True)
+    try:
+        yield
+    finally:
+        _PREFILL.reset(token)
+
+
+def cached_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                     scaling: float, exact_values: bool) -> torch.Tensor:
+    """query [B, H, n, D], key/value [B, KH, L, D] (H a multiple of KH), mask None or bool [B, 1, n, L] (True
+    attends). Returns [B, n, H, Dv]. ``exact_values``: the values' dtype matmul ignores zero columns exactly;
+    otherwise each row's keys are re-laid from column 0 (``compact``) and the values summed in blocks."""
     b, h, n, d = query.shape
-    total = key.shape[2]
-    prefix = total - n
-    if mask.dtype != torch.bool or tuple(mask.shape) != (b, 1, n, total) or prefix < 0 or h % key.shape[1]:
-        return None
-    if 2 * prefix > n:  # a chunk after a long cache (a KLD pass): the stand-in queries would cost more than the mask
-        return None
-    pads = (total - mask[:, 0, -1, :].sum(-1)).tolist()  # the last query sees the prefix and its row's own tokens
-    tril = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
-    for i, p in enumerate(pads):
-        rows = mask[i, 0, p:]
-        if (p >= n or not rows[:, :prefix].all() or rows[:, prefix:prefix + p].any()
-                or not torch.equal(rows[:, prefix + p:], tril[: n - p, : n - p])):
-            return None
+    key, value, mask = _min_keys(key, value, mask, n)
+    kh, length = key.shape[1], key.shape[2]
+    rows = (h // kh) * n
+    q = query.reshape(b, kh, rows, d).float() * scaling  # query head j uses K/V head j // (h // kh), as repeat_kv
+    if rows < MIN_ROWS:
+        q = torch.cat([q, q.new_zeros(b, kh, MIN_ROWS - rows, d)], dim=2)
+    scores = torch.matmul(q, key.float().transpose(-1, -2))  # [B, KH, max(G*n, MIN_ROWS), L]
+    scores = scores[:, :, :rows] if rows < MIN_ROWS else scores
+    if mask is not None:  # in place, broadcast over the query heads of a K/V head
+        scores.view(b, kh, h // kh, n, length).masked_fill_(~mask.reshape(b, 1, 1, n, length), float("-inf"))
+    top = scores.amax(-1, keepdim=True).clamp(min=torch.finfo(torch.float32).min)  # a row masked everywhere: 0s
+    e = (scores - top).exp_()
+    # the denominator exactly, so in any order: e on a grid of 2**-24 (integers in float32), summed in float64
+    total = torch.round(e * FIXED).sum(-1, keepdim=True, dtype=torch.float64).float() / FIXED
+    probs = e.div_(total.clamp(min=torch.finfo(torch.float32).tiny))
+    if exact_values:
+        out = torch.matmul(probs.to(value.dtype), value)
+    else:
+        out = block_sum(probs, value, mask, n).to(value.dtype)
+    return out.reshape(b, kh, h // kh, n, -1).reshape(b, h, n, -1).transpose(1, 2)
+
+
+def _min_keys(key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, n: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """At least ``MIN_KEYS`` key columns (fewer take another score kernel): masked zero columns added."""
+    b, kh, length, d = key.shape
+    if length >= MIN_KEYS:
+        return key, value, mask
+    extra = MIN_KEYS - length
+    key = torch.cat([key, key.new_zeros(b, kh, extra, d)], dim=2)
+    value = torch.cat([value, value.new_zeros(b, kh, extra, value.shape[-1])], dim=2)
+    if mask is None:
+        mask = torch.ones(b, 1, n, length, dtype=torch.bool, device=key.device)
+    return key, value, torch.cat([mask, mask.new_zeros(*mask.shape[:3], extra)], dim=-1)
+
+
+def _layout(mask: torch.Tensor | None, b: int, n: int, length: int, device: torch.device
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(idx [B, W]: each row's attended columns in order, then a stand-in for the masked tail; mask [B, 1, n, W]),
+    W a multiple of ``BLOCK``. Every layer of a forward gets the same mask object: computed once per mask."""
+    if mask is not None and _LAST[0] is not None and _LAST[0]() is mask and _LAST[1] == length:
+        return _LAST[2]
+    cols = torch.arange(length, device=device)
+    real = mask[:, 0].any(1) if mask is not None else torch.ones(b, length, dtype=torch.bool, device=device)
+    order = torch.where(real, cols, length).sort(dim=-1).values  # real columns first, in order; then ``length``
+    width = -(-length // BLOCK) * BLOCK
+    order = torch.cat([order, order.new_full((b, width - length), length)], dim=-1)
+    idx = order.clamp(max=length - 1)  # a stand-in column for the masked tail (finite, never attended)
+    full = mask if mask is not None else torch.ones(b, 1, n, length, dtype=torch.bool, device=device)
+    out = (idx, full.gather(-1, idx[:, None, None, :].expand(b, 1, n, width)) & (order < length)[:, None, None, :])
+    if mask is not None:
+        _LAST[:] = [weakref.ref(mask), length, out]
+    return out
+
+
+def _gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x [B, KH, L, D] at columns idx [B, W] of each row: [B, KH, W, D] (rows of D values copied, no copy of x)."""
+    b, kh, length, d = x.shape
+    s0, s1, s2, s3 = x.stride()
+    if s3 != 1 or s2 != d or s0 % d or s1 % d:
+        x = x.contiguous()
+        s0, s1, s2, _ = x.stride()
+    rows = (b - 1) * s0 // d + (kh - 1) * s1 // d + length
+    flat = x.as_strided((rows, d), (d, 1))
+    start = (torch.arange(b, device=x.device)[:, None] * (s0 // d) + torch.arange(kh, device=x.device) * (s1 // d))
+    return flat.index_select(0, (start[:, :, None] + idx[:, None, :]).reshape(-1)).view(b, kh, -1, d)
+
+
+def block_sum(probs: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, n: int) -> torch.Tensor:
+    """probs [B, KH, R, L] (0 where masked) x value [B, KH, L, Dv] in float32, invariant to padding, holes and masked
+    later columns: each row's attended columns re-laid from column 0 (``_layout``), a fixed-size matmul per block of
+    ``BLOCK`` keys (at least ``MIN_ROWS`` rows), the blocks' partial sums added in order (trailing blocks of masked
+    keys add exact zeros). Returns [B, KH, R, Dv]."""
+    b, kh, rows, length = probs.shape
+    idx, allowed = _layout(mask, b, n, length, probs.device)
+    width, dv = idx.shape[1], value.shape[-1]
+    r = max(rows, MIN_ROWS)
+    p = probs.gather(-1, idx[:, None, None, :].expand(b, kh, rows, width))
+    p.view(b, kh, rows // n, n, width).masked_fill_(~allowed.view(b, 1, 1, n, width), 0.0)  # the tail's stand-in
+    if r > rows:
+        p = torch.cat([p, p.new_zeros(b, kh, r - rows, width)], dim=2)
+    v = _gather_rows(value, idx).float()
+    blocks = width // BLOCK
+    part = torch.matmul(p.view(b, kh, r, blocks, BLOCK).transpose(2, 3), v.view(b, kh, blocks, BLOCK, dv))
+    return part[:, :, :, :rows].cumsum(dim=2)[:, :, -1]
+
+
+def _row(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor, scaling: float
+         ) -> torch.Tensor:
+    """SDPA of one row's real queries [1, H, m, D] over its real keys [1, KH, c, D]; ``allowed`` [m, c]."""
+    m, c = allowed.shape
+    prefix = c - m
+    causal = prefix >= 0 and bool(allowed[:, :prefix].all()) and torch.equal(
+        allowed[:, prefix:], torch.ones(m, m, dtype=torch.bool, device=allowed.device).tril())
+    if causal and prefix == 0:
+        return F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=True)
+    if causal and 2 * prefix <= m:  # zero queries stand in for the prefix's, their outputs are dropped
+        q = torch.cat([query.new_zeros(1, query.shape[1], prefix, query.shape[-1]), query], dim=2)
+        out = F.scaled_dot_product_attention(q, key, value, is_causal=True, scale=scaling, enable_gqa=True)
+        return out[:, :, prefix:]
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=allowed, scale=scaling, enable_gqa=True)
+
+
+def row_prefill(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                scaling: float) -> torch.Tensor:
+    """Prefill attention, each row alone over its real columns (see the module docstring). query [B, H, n, D],
+    key/value [B, KH, L, D] (the queries are the last n columns), mask None (causal, no padding: n == L) or bool
+    [B, 1, n, L]. Returns [B, n, H, Dv]; padding queries (their own column masked) get zeros."""
+    if mask is None:
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2)
+    b, h, n, _ = query.shape
+    length = key.shape[2]
     out = query.new_zeros(b, n, h, value.shape[-1])
-    for i, p in enumerate(pads):
-        q, k, v = query[i:i + 1, :, p:], key[i:i + 1, :, prefix + p:], value[i:i + 1, :, prefix + p:]
-        if prefix:
-            q = torch.cat([q.new_zeros(1, h, prefix, d), q], dim=2)
-            k = torch.cat([key[i:i + 1, :, :prefix], k], dim=2)
-            v = torch.cat([value[i:i + 1, :, :prefix], v], dim=2)
-        got = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling,
-                                                               enable_gqa=True)
-        out[i, p:] = got[0, :, prefix:].transpose(0, 1)
+    for i in range(b):
+        m = mask[i, 0]
+        qs = m[:, length - n:].diagonal().nonzero().flatten()  # a real token attends to itself; padding does not
+        if not len(qs):
+            continue
+        ks = m[qs].any(0).nonzero().flatten()
+        got = _row(query[i:i + 1, :, qs], key[i:i + 1, :, ks], value[i:i + 1, :, ks], m[qs][:, ks], scaling)
+        out[i, qs] = got[0].transpose(0, 1)
     return out
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                       **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function signature: ``decode_attention`` for a single bf16/fp16 query without
-    dropout, softcap or position bias; ``padded_causal`` for a bf16/fp16 CPU prefill of padded rows; else
-    transformers' own ``sdpa_attention_forward`` (float32 is unchanged: SDPA is as fast there, and fp32 runs stay
-    bit-identical to before)."""
+    """transformers' attention-function signature: ``row_prefill`` for prompt prefills, ``cached_attention`` for
+    every other forward, on the CPU; transformers' ``sdpa_attention_forward`` for what these do not cover."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    single = query.shape[2] == 1 and query.shape[1] % key.shape[1] == 0 and query.dtype in HALF
-    plain = not dropout and kwargs.get("softcap") is None and kwargs.get("position_bias") is None
-    mask_ok = attention_mask is None or attention_mask.shape[-2] == 1 and attention_mask.shape[1] == 1
-    plain = plain and not kwargs.get("output_attentions")
+    n, length = query.shape[2], key.shape[2]
+    plain = (not dropout and kwargs.get("softcap") is None and kwargs.get("position_bias") is None
+             and kwargs.get("s_aux") is None and not kwargs.get("output_attentions"))
+    bool_mask = attention_mask is None or attention_mask.dtype == torch.bool
+    fits = query.shape[1] % key.shape[1] == 0 and (attention_mask is not None or n == 1 or n == length)
+    if query.device.type != "cpu" or not (plain and bool_mask and fits):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    if single and plain and mask_ok:
-        return decode_attention(query, key, value, attention_mask, scale), None
-    prefill = 1 < query.shape[2] <= key.shape[2] and query.dtype in HALF and query.device.type == "cpu"
-    if prefill and plain and attention_mask is not None:
-        out = padded_causal(query, key, value, attention_mask, scale)
-        if out is not None:
-            return out, None
-    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                  **kwargs)
+    if n > 1 and (_PREFILL.get() or n == length):  # marked, or nothing cached before these queries
+        return row_prefill(query, key, value, attention_mask, scale), None
+    exact = value.dtype != torch.float32 and probe(value.dtype, (), query.shape[-1]).values
+    return cached_attention(query, key, value, attention_mask, scale, exact), None
 
 
 def register() -> str:
@@ -122,16 +219,25 @@ def register() -> str:
     return NAME
 
 
-def use_decode_attention(model: Any) -> str:
-    """Switch ``model`` (loaded with SDPA) to ``NAME``; a model on another implementation (eager, flash, a
-    remote-code model) keeps it. Returns the implementation the model now runs."""
+def use_invariant_kernels(model: Any) -> str:
+    """Switch ``model`` (loaded with SDPA) to ``NAME`` and pad its small Linear calls (``models.invariance``); a
+    model on another implementation (eager, flash, a remote-code model) keeps it. Returns the implementation the
+    model now runs. Call again after replacing modules (quantization adds Linear layers)."""
     config = getattr(model, "config", None)
     current = getattr(config, "_attn_implementation", None)
-    if current != "sdpa":
+    if current not in ("sdpa", NAME):
         return str(current)
-    register()
-    try:
-        model.set_attn_implementation(NAME)
-    except (ValueError, AttributeError, ImportError):  # a model class that refuses custom kernels keeps SDPA
-        return "sdpa"
+    if current == "sdpa":
+        register()
+        try:
+            model.set_attn_implementation(NAME)
+        except (ValueError, AttributeError, ImportError):  # a model class that refuses custom kernels keeps SDPA
+            return "sdpa"
+    pad_small_batches(model)
+    try:  # probe once, at load, rather than inside the first forward
+        param = next(model.parameters())
+        if param.device.type == "cpu":
+            probe(param.dtype, linear_shapes(model), head_dim(config))
+    except StopIteration:
+        pass
     return str(model.config._attn_implementation)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.models.attention import use_decode_attention
+from evalsuite.models.attention import use_invariant_kernels
 from evalsuite.models.embedded import converted_folder, embedded_gguf
 from evalsuite.models.fingerprint import fingerprint
 
@@ -87,7 +87,7 @@ def load_pretrained(name: str, dtype: str = "bfloat16", device: Any = "cpu") -> 
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise EvalsuiteError(f"cannot load model {name!r}: {first}") from None
-    use_decode_attention(model)
+    use_invariant_kernels(model)
     return model, tok, str(source)
 
 
@@ -174,7 +174,7 @@ def wrap_model(model: Any, tokenizer: Any, name: str, source: str = "memory") ->
             "num_kv_heads": getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
             "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
             "max_positions": getattr(cfg, "max_position_embeddings", None),
-            "attention": use_decode_attention(model)}
+            "attention": use_invariant_kernels(model)}
     return LoadedModel(model=model, tokenizer=tokenizer, name=name, source=source, dtype=dtype,
                        fingerprint=fingerprint(model), meta=meta)
 

@@ -38,11 +38,14 @@ def library_versions() -> dict[str, str]:
     return {pkg: package_version(pkg) for pkg in LIBRARIES}
 
 
-#: run settings that change outputs (batch composition changes padding and numerics; dtype changes everything)
-RUN_KEYS = ("batch_size", "max_batch_tokens", "compute_dtype", "backend", "device", "attention")
+#: run settings that change outputs (batch composition changes padding and numerics, unless the kernels are
+#: batch-invariant; dtype changes everything)
+RUN_KEYS = ("batch_size", "max_batch_tokens", "compute_dtype", "backend", "device", "attention", "batch_invariant")
 #: what a manifest written before a key existed stored implicitly (every baseline before --device ran on the CPU,
 #: and before ``evalsuite.models.attention`` with transformers' SDPA)
-RUN_DEFAULTS = {"device": "cpu", "attention": "sdpa"}
+RUN_DEFAULTS = {"device": "cpu", "attention": "sdpa", "batch_invariant": False}
+#: keys that do not change outputs when the kernels are batch-invariant (``models.invariance``)
+BATCHING_KEYS = ("batch_size", "max_batch_tokens")
 LIBRARIES = ("torch", "transformers", "optimum-quanto", "evalsuite")
 
 
@@ -53,8 +56,10 @@ def task_key(task: PreparedTask, seed: int) -> dict[str, Any]:
 
 
 def run_key(batch_size: int, settings: dict[str, Any]) -> dict[str, Any]:
-    """The run settings a stored baseline was generated with (see ``RUN_KEYS``)."""
-    return {k: v for k, v in {"batch_size": batch_size, **settings}.items() if k in RUN_KEYS}
+    """The run settings a stored baseline was generated with (see ``RUN_KEYS``); with batch-invariant kernels the
+    batching is not one of them (a baseline stored at one batch size serves every other)."""
+    key = {k: v for k, v in {"batch_size": batch_size, **settings}.items() if k in RUN_KEYS}
+    return {k: v for k, v in key.items() if not (key.get("batch_invariant") and k in BATCHING_KEYS)}
 
 
 def save_baseline(root: Path, store: Store, tasks: list[PreparedTask], seed: int, baseline: str,

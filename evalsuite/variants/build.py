@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from evalsuite.models.attention import NAME
+from evalsuite.models.invariance import pad_small_batches
 from evalsuite.models.loader import LoadedModel
 from evalsuite.variants.memory import WeightBytes, weight_bytes
 from evalsuite.variants.spec import VariantSpec
@@ -77,6 +79,8 @@ def build_variant(base: LoadedModel, spec: VariantSpec, kernels: str = "quanto")
     used = "quanto"
     if kernels == "dequantized" and model is not base.model and dequantize_linears(model):
         used = "dequantized"
+    if model is not base.model and base.meta.get("attention") == NAME:
+        pad_small_batches(model)  # the Linear layers quantization replaced are padded like the baseline's
     return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer, weights=weights, kernels=used,
                         same_as_base=_disguised_baseline(spec, model, base))
 

@@ -203,3 +203,61 @@ def test_the_baseline_against_itself_is_verified_everywhere(fp32):
     assert all(v.decode == "verified" for v in got) or ties > 0
     assert [v.ids for v in got] == [d.ids for d in base]
     assert max(max(v.kld[0]) for v in got) < 1e-3
+
+
+def _invariant(model):
+    """``model`` on evalsuite's batch-invariant kernels (in place); quanto weight modules unpacked to plain Linears."""
+    from evalsuite.models.attention import use_invariant_kernels
+    from evalsuite.variants.weights import dequantize_linears
+
+    dequantize_linears(model)  # in place: quantize_weights made a copy
+    use_invariant_kernels(model)
+    return model
+
+
+@pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def invariant_models(request):
+    from evalsuite.models.invariance import invariant
+    from evalsuite.variants.spec import parse_variant
+    from evalsuite.variants.weights import quantize_weights
+
+    base = make_tiny_model(300, dtype=request.param)
+    w4 = quantize_weights(base, parse_variant("w4g32").weights)
+    models = {"base": _invariant(base), "w4": _invariant(w4)}
+    if not all(invariant(m) for m in models.values()):
+        pytest.skip(f"this CPU's {request.param} matmuls are not batch-invariant (models.invariance.probe)")
+    return models
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "w4", *KV, "w4+int4", "w4+int2-token-keys"])
+def test_invariant_pass_logits_are_the_decodes_bit_for_bit(invariant_models, kind, monkeypatch):
+    """With batch-invariant kernels the pass (rows batched, answers in chunks cut at flushes) computes exactly what
+    each row decoded alone, step by step, computes: equal logits, not merely close."""
+    model = invariant_models["w4" if kind.startswith("w4") else "base"]
+    cfg = KV.get(kind.split("+")[-1])
+    ref = stepwise(model, cfg, ROWS, GenSettings(max_new_tokens=40), monkeypatch)
+    cache = make_cache(cfg, model.config, keep_exact=True) if cfg else None
+    f = forced_pass(model, ROWS, None, cache, 0, [ids for ids, _ in ref])
+    for r, (ids, logits) in enumerate(ref):
+        assert torch.equal(f.logits(r)[: len(logits)], logits), (kind, r)
+
+
+@pytest.mark.parametrize("kind", ["w4", "int4", "int4-quantized-prefill", "w4+int4"])
+def test_invariant_verification_needs_no_margin(invariant_models, kind):
+    """Verified against the baseline with the exact margin, the answers are the variant's own decode, and every
+    row that agrees with the baseline is accepted without a decode."""
+    from evalsuite.engine.verify import baseline_logprobs
+
+    gen = GenSettings(max_new_tokens=30)
+    rows = ROWS + [[30, 31], [40, 41, 42, 43]]
+    base = invariant_models["base"]
+    model = invariant_models["w4" if kind.startswith("w4") else "base"]
+    cfg = KV.get(kind.split("+")[-1])
+    refs = [Reference(tuple(d.ids), d.stop) for d in decode(base, Tok(), rows, gen, None, None, {1})]
+    own = [decode(model, Tok(), [r], gen, None, make_cache(cfg, model.config) if cfg else None, {1})[0] for r in rows]
+    var = Side(model, lambda keep: make_cache(cfg, model.config, keep_exact=keep) if cfg else None, None)
+    got = verify_batch(var, Tok(), rows, refs, baseline_logprobs(Side(base, lambda keep: None, None), rows, refs, 0),
+                       gen, {1})
+    assert [v.ids for v in got] == [d.ids for d in own]
+    assert [v.decode == "verified" for v in got] == [tuple(d.ids) == r.ids and d.stop == r.stop
+                                                      for d, r in zip(own, refs)]

@@ -23,13 +23,19 @@ def _source(tiny, root, batch_size=4, strict=False, seed=1234, log=None):
     return BaselineSource(root, tiny.fingerprint, seed, batch_size, strict=strict, log=log or (lambda s: None))
 
 
+def store_settings(pinned):
+    return pinned[2].meta()["settings"]
+
+
 def test_manifest_records_what_changes_outputs(pinned):
     import json
 
     _, folder, _ = pinned
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["run"] == {"batch_size": 4, "backend": "in-process", "compute_dtype": "bfloat16",
-                               "device": "cpu", "max_batch_tokens": 24576, "attention": NAME}
+    inv = store_settings(pinned)["batch_invariant"]
+    batching = {} if inv else {"batch_size": 4, "max_batch_tokens": 24576}
+    assert manifest["run"] == {**batching, "backend": "in-process", "compute_dtype": "bfloat16",
+                               "device": "cpu", "attention": NAME, "batch_invariant": inv}
     assert set(manifest["libraries"]) >= {"torch", "transformers", "optimum-quanto", "evalsuite"}
     assert set(manifest["tasks"]["copy"]) >= {"version", "params", "gen_settings", "seed", "sample_hashes"}
 
@@ -61,10 +67,32 @@ def test_matching_baseline_is_reused_not_regenerated(tiny, tmp_path, pinned):
 def test_mismatch_names_the_field_and_recomputes(tiny, tmp_path, pinned):
     root, _, _ = pinned
     logs, task = [], ArmedCopyTask()
-    run_model(tiny, tmp_path / "r", tasks=prepared(task, n=4), batch_size=2, kld=False,
-              baseline_source=_source(tiny, root, batch_size=2, log=logs.append))
-    assert any("batch_size differs (stored 4, now 2)" in line for line in logs), logs
+    run_model(tiny, tmp_path / "r", tasks=prepared(task, n=4), kld=False,
+              baseline_source=_source(tiny, root, seed=7, log=logs.append))
+    assert any("seed differs (stored 1234, now 7)" in line for line in logs), logs
     assert len(task.scored) == 4  # generated afresh
+
+
+def test_batching_is_part_of_the_key_only_without_invariant_kernels(tiny, tmp_path, pinned):
+    """Batch-invariant kernels: a baseline stored at batch 4 serves a run at batch 2 (it would answer the same);
+    other kernels: the batch size is a mismatch."""
+    import json
+
+    from evalsuite.run.baselines import mismatch_reason, run_key
+
+    root, folder, _ = pinned
+    settings = store_settings(pinned)
+    task = ArmedCopyTask()
+    store = run_model(tiny, tmp_path / "r", tasks=prepared(task, n=4), batch_size=2, kld=False,
+                      baseline_source=_source(tiny, root, batch_size=2))
+    if settings["batch_invariant"]:
+        assert task.scored == []  # reused
+        fresh = run_model(tiny, tmp_path / "f", tasks=prepared(n=4), batch_size=2, kld=False)
+        assert [r.output for r in store.samples("bf16")] == [r.output for r in fresh.samples("bf16")]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["run"] = run_key(4, {**settings, "batch_invariant": False})
+    reason = mismatch_reason(manifest, prepared(n=4)[0], 1234, run_key(2, {**settings, "batch_invariant": False}))
+    assert reason == "batch_size differs (stored 4, now 2)"
 
 
 def test_strict_mode_refuses_a_mismatch(tiny, tmp_path, pinned):

@@ -1,0 +1,174 @@
+"""Batch invariance: a row's logits do not depend on what it is batched with, how it is padded, or how its tokens
+are chunked (one per decode step, or many in a teacher-forced pass).
+
+Why: verification (``engine.verify``) accepts a variant's greedy answer when a batched teacher-forced pass picks the
+baseline's token at every position. That is exact only if the pass computes bit for bit what step-by-step decoding
+computes. Ordinary CPU kernels do not: a matmul's reduction order depends on its shape, so a batched pass and a
+one-token step round differently, answers drift with batch composition (bf16: about one sample in five regenerates
+differently at another batch size), and verification needed near-tie margins that sent most bf16 rows to a decode.
+
+What makes a forward invariant here (measured on the CPUs this project runs on, and probed at run time, never
+assumed):
+
+* **Linear layers**: a BLAS GEMM computes each output row with a fixed reduction over the input features once the
+  batch has at least ``MIN_ROWS`` rows (fewer rows take a different kernel: fp32 below 8 rows, bf16 at 1 row with
+  1,536 features). ``pad_small_batches`` pads such calls with zero rows and drops their outputs.
+* **Attention** (``models.attention``): scores from an fp32 matmul over the head dimension with at least
+  ``MIN_ROWS`` query rows and ``MIN_KEYS`` key columns; an exact max; a softmax denominator summed exactly (fixed
+  point, see there); the probabilities times the values through the values' dtype matmul where the probe shows it
+  ignores zero (masked) columns bit for bit (bf16 on AVX-512-BF16 CPUs), else in fixed-size float32 blocks of
+  each row's own keys re-laid from column 0 (a fixed-size matmul computes each row the same way).
+* Normalization, activations, rotary embeddings and residual adds are elementwise or reduce one row at a time.
+
+``probe`` checks the matmul properties on this machine at the model's own shapes (a few ms, once per process);
+``invariant(model)`` is True only when they hold and every Linear layer is a plain ``nn.Linear`` (quanto's packed
+kernels, compressed-tensors modules and other devices are not covered: verification keeps its near-tie margins
+there).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import torch
+import torch.nn.functional as F
+
+#: the name ``models.attention`` registers its kernels under with transformers' AttentionInterface; it is a stored
+#: baseline's ``attention`` key, so it changes whenever the kernels' rounding does (inv1: batch-invariant kernels)
+NAME = "evalsuite_inv1"
+#: fewest rows a Linear or score matmul runs with (smaller calls are padded): measured on AVX-512 EPYCs, float32
+#: GEMMs compute a row differently below 8 rows and in the 1-3 rows past 8 (9-11 rows); bf16 at 1 row
+MIN_ROWS = 12
+MIN_KEYS = 16  #: fewest key columns an attention score matmul runs with (fp32: fewer than 12 take another kernel)
+BLOCK = 256  #: keys per partial product of ``attention.block_sum`` (a fixed-size fp32 matmul is row-invariant)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What this machine's matmuls do at a model's shapes (``probe``)."""
+
+    linear: bool  # a Linear's rows do not depend on the other rows (>= MIN_ROWS rows)
+    scores: bool  # fp32 query x key rows (and fixed-size blocks) do not depend on the key count, offset or rows
+    values: bool  # the value dtype's matmul ignores zero columns exactly (else attention sums fixed-size blocks)
+
+    @property
+    def ok(self) -> bool:
+        return self.linear and self.scores
+
+
+def _rows_equal(fn: Any, x: torch.Tensor) -> bool:
+    """Every row of ``fn`` over batches of MIN_ROWS to 64 rows equals that row computed first in a batch of
+    MIN_ROWS (GEMM kernels treat a batch's leftover rows differently: the rows past its last full tile)."""
+    alone = {i: fn(torch.cat([x[i:i + 1], x[:MIN_ROWS - 1]]))[0] for i in range(MIN_ROWS + 12)}
+    for m in (*range(MIN_ROWS, MIN_ROWS + 12), 31, x.shape[0]):
+        out = fn(x[:m])
+        if not all(torch.equal(out[i], alone[i]) for i in range(min(m, len(alone)))):
+            return False
+    return torch.equal(fn(x)[40], fn(torch.cat([x[40:41], x[1:MIN_ROWS]]))[0])
+
+
+def _padded(p: torch.Tensor, v: torch.Tensor, lead: int, holes: int, tail: int, g: torch.Generator
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``p`` / ``v`` with zero (masked) columns: ``lead`` before, ``holes`` spread inside, ``tail`` after."""
+    n = p.shape[-1]
+    cols = torch.arange(n) + lead + torch.arange(n) * holes // max(n, 1)
+    width = int(cols[-1]) + 1 + tail
+    P = p.new_zeros(*p.shape[:-1], width)
+    V = torch.randn(width, v.shape[-1], generator=g).to(v.dtype)
+    P[..., cols], V[cols] = p, v
+    return P, V
+
+
+@functools.lru_cache(maxsize=16)
+def probe(dtype: torch.dtype, shapes: tuple[tuple[int, int], ...], head_dim: int) -> Probe:
+    """Check this machine's CPU matmuls for the properties above at ``shapes`` ((in, out) of the Linear layers)
+    and ``head_dim``: each on random data, compared bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    linear = all(_rows_equal(lambda x, w=torch.randn(min(o, 8192), i, generator=g).to(dtype): F.linear(x, w),
+                             torch.randn(64, i, generator=g).to(dtype)) for i, o in shapes)  # a vocabulary's slice
+    q, k = torch.randn(64, head_dim, generator=g), torch.randn(700, head_dim, generator=g)
+    ref = q[:MIN_ROWS] @ k[:300].T
+    scores = _rows_equal(lambda x: x @ k[:300].T, q)  # every query row, whatever the batch of query rows
+    scores = scores and all(torch.equal((q[:MIN_ROWS] @ k[lead:lead + 300 + tail].T)[:, :300], ref)
+                            for lead, tail in ((0, 137), (0, 399)))
+    scores = scores and torch.equal((q[:MIN_ROWS] @ torch.cat([k[300:317], k[:300]]).T)[:, 17:], ref)
+    scores = scores and all(torch.equal(q[:MIN_ROWS] @ k[:n].T, ref[:, :n]) for n in (MIN_KEYS, MIN_KEYS + 3, 40))
+    p, v = torch.rand(64, BLOCK, generator=g), torch.randn(4, BLOCK, head_dim, generator=g)  # block_sum's size
+    scores = scores and _rows_equal(lambda x: x @ v[2], p) and torch.equal(
+        torch.matmul(p[:MIN_ROWS].expand(4, MIN_ROWS, BLOCK), v)[2], p[:MIN_ROWS] @ v[2])
+    p, v = torch.rand(64, 300, generator=g).to(dtype), torch.randn(300, head_dim, generator=g).to(dtype)
+    want = p[:MIN_ROWS] @ v
+    values = _rows_equal(lambda x: x @ v, p)
+    for lead, holes, tail in ((0, 0, 37), (17, 0, 0), (3, 41, 250), (0, 130, 1)):
+        P, V = _padded(p, v, lead, holes, tail, g)
+        values = values and torch.equal((P @ V)[:MIN_ROWS], want) and torch.equal(P[:MIN_ROWS] @ V, want)
+    short = p[:MIN_ROWS, :MIN_KEYS] @ v[:MIN_KEYS]
+    for lead, holes, tail in ((0, 0, 5), (3, 4, 0)):
+        P, V = _padded(p[:, :MIN_KEYS], v[:MIN_KEYS], lead, holes, tail, g)
+        values = values and torch.equal((P @ V)[:MIN_ROWS], short)
+    return Probe(linear=linear, scores=scores, values=values)
+
+
+def linear_shapes(model: Any) -> tuple[tuple[int, int], ...]:
+    """The distinct (in, out) shapes of ``model``'s Linear layers."""
+    return tuple(sorted({(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)}))
+
+
+def head_dim(config: Any) -> int:
+    cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+
+
+def _pad_rows(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    x = args[0]
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    if rows >= MIN_ROWS or rows == 0 or x.device.type != "cpu":
+        return None
+    module._evalsuite_rows = (x.shape[:-1], rows)
+    flat = x.reshape(rows, x.shape[-1])
+    return (torch.cat([flat, flat.new_zeros(MIN_ROWS - rows, x.shape[-1])]), *args[1:])
+
+
+def _unpad_rows(module: torch.nn.Module, args: tuple[Any, ...], out: torch.Tensor) -> torch.Tensor | None:
+    shape = module.__dict__.pop("_evalsuite_rows", None)
+    if shape is None:
+        return None
+    lead, rows = shape
+    return out[:rows].reshape(*lead, out.shape[-1])
+
+
+def pad_small_batches(model: Any) -> int:
+    """Make every plain ``nn.Linear`` of ``model`` run calls of fewer than ``MIN_ROWS`` rows padded to that many
+    (idempotent; modules added later, e.g. by quantization, need another call). Returns the modules hooked."""
+    hooked = 0
+    for mod in _plain_linears(model.modules()):
+        if getattr(mod, "_evalsuite_padded", False):
+            continue
+        mod.register_forward_pre_hook(_pad_rows)
+        mod.register_forward_hook(_unpad_rows)
+        mod._evalsuite_padded = True
+        hooked += 1
+    return hooked
+
+
+def _plain_linears(modules: Iterable[torch.nn.Module]) -> Iterable[torch.nn.Module]:
+    return (m for m in modules if type(m) is torch.nn.Linear)
+
+
+def invariant(model: Any) -> bool:
+    """Whether ``model``'s forward is batch-invariant: evalsuite's attention on the CPU, every Linear a padded plain
+    ``nn.Linear``, no attention soft-capping, and the probe passing at its shapes and dtype."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) != NAME:
+        return False
+    try:
+        param = next(model.parameters())
+    except StopIteration:
+        return False
+    if param.device.type != "cpu" or getattr(config, "attn_logit_softcapping", None):
+        return False
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    if any(type(m) is not torch.nn.Linear or not getattr(m, "_evalsuite_padded", False) for m in linears):
+        return False
+    return probe(param.dtype, linear_shapes(model), head_dim(config)).ok
