@@ -12,11 +12,10 @@ speculative decoding with the baseline as the draft model.
 
 Exactness: with batch-invariant kernels (``models.invariance``: evalsuite's attention and padded Linear calls on
 the CPU, checked by a probe) the pass computes bit for bit what a step-by-step decode computes, so its choices are
-the decode's; only a float32 model keeps a tiny margin (``EXACT_TIE``: its attention values are accumulated in
-float64 and rounded, which can differ in the last bit about once in 10**7 values). Elsewhere (quanto's kernels,
-CUDA, other attention implementations) the two differ in float rounding, and a position whose top-2 logit margin is
-below ``NEAR_TIE`` (in the variant's compute dtype) counts as a mismatch, so rounding cannot silently flip a
-choice: such a row decodes from there, step by step, as regeneration would.
+the decode's and no margin is needed (an exact tie still counts as one: argmax breaks it). Elsewhere (quanto's
+kernels, CUDA, other attention implementations) the two differ in float rounding, and a position whose top-2 logit
+margin is below ``NEAR_TIE`` (in the variant's compute dtype) counts as a mismatch, so rounding cannot silently
+flip a choice: such a row decodes from there, step by step, as regeneration would.
 The same pass gives the KLD (``kld_rows``): one forward, not two.
 """
 from __future__ import annotations
@@ -34,8 +33,6 @@ from evalsuite.tasks.base import GenSettings
 
 #: a top-2 logit margin below this (per compute dtype) is a near-tie: verification does not trust the pass there
 NEAR_TIE = {torch.float32: 1e-3, torch.float64: 1e-6, torch.bfloat16: 0.25, torch.float16: 0.05}
-#: the same with batch-invariant kernels: bit-identical logits, except float32's float64-accumulated values
-EXACT_TIE = {torch.float32: 1e-5}
 
 
 @dataclass(frozen=True)
@@ -48,8 +45,9 @@ class Check:
 
 
 def near_tie(dtype: torch.dtype, exact: bool = False) -> float:
-    """The near-tie margin for logits of ``dtype``; ``exact``: the model's kernels are batch-invariant."""
-    return EXACT_TIE.get(dtype, 0.0) if exact else NEAR_TIE.get(dtype, 1e-3)
+    """The near-tie margin for logits of ``dtype``; ``exact``: the model's kernels are batch-invariant (the pass's
+    logits are the decode's, bit for bit: no margin)."""
+    return 0.0 if exact else NEAR_TIE.get(dtype, 1e-3)
 
 
 def first_divergence(logits: torch.Tensor, ref: Reference, stop_ids: set[int], margin: float | None = None
