@@ -87,9 +87,10 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
                    "weights, unquantized cache); by default it takes the baseline's answers and KLD 0.")
 @click.option("--verify", "verify", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Greedy variants are checked against the baseline's answer ids in one teacher-forced pass and "
-                   "decode only after a divergence (the same answers, docs/verification.md). auto: except "
-                   "weight-only variants in bf16 compute (most of their rows diverge there: regenerating is "
-                   "faster); on: every greedy variant; off: every variant generates every answer.")
+                   "decode only after a divergence (the same answers, docs/verification.md). auto: every greedy "
+                   "variant, except weight-only ones in bf16 compute on kernels that are not batch-invariant "
+                   "(near-ties send most of their rows to a decode there: regenerating is faster); on: every "
+                   "greedy variant; off: every variant generates every answer.")
 @click.option("--verify-audit", type=float, default=0.0, show_default=True, metavar="F",
               help="Regenerate a seeded fraction F (0-1) of the verified samples in full and record how many agree.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")

@@ -49,9 +49,10 @@ class RunConfig:
     #: greedy variants are verified against the baseline's answer ids and decode only after a divergence
     #: (run.verify); off: every variant generates every answer
     verify: bool = True
-    #: verify weight-only variants in bf16 compute too (``--verify on``); by default (``auto``) they regenerate
-    #: there: most of their rows diverge, and regenerating (refill pool, KLD from their own prompt K/V) costs less
-    #: than a pass plus tails; KV-cache variants are verified in every dtype (docs/verification.md)
+    #: verify weight-only variants in bf16 compute on kernels that are not batch-invariant too (``--verify on``);
+    #: by default (``auto``) they regenerate there: the bf16 near-tie margin sends most rows to a decode, and
+    #: regenerating (refill pool, KLD from their own prompt K/V) costs less than a pass plus tails. On batch-invariant
+    #: kernels (``models.invariance``) every greedy variant is verified (docs/verification.md)
     verify_bf16: bool = False
     #: the fraction of verified samples regenerated in full to check the verification (seeded per sample)
     verify_audit: float = 0.0

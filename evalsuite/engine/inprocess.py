@@ -30,9 +30,10 @@ from evalsuite.tasks.base import Sample, TaskContext
 from evalsuite.variants.spec import VariantSpec
 
 KLD_METHOD = "teacher-forced on the baseline's answer tokens (full vocabulary, in-process)"
-#: why ``--verify auto`` regenerates in bf16 (measured: docs/verification.md)
-BF16_UNVERIFIED = ("a weight-only variant in bf16 compute: regenerating it (refill pool, KLD from its own prompt "
-                   "K/V) costs less than verifying, where most rows diverge (--verify on verifies anyway)")
+#: why ``--verify auto`` regenerates in bf16 on kernels that are not batch-invariant (measured: docs/verification.md)
+BF16_UNVERIFIED = ("a weight-only variant in bf16 compute on kernels that are not batch-invariant: regenerating it "
+                   "(refill pool, KLD from its own prompt K/V) costs less than verifying, where near-ties send most "
+                   "rows to a decode (--verify on verifies anyway)")
 #: KLD rows measured by the verification pass (the baseline's generated ids, chunked as decoding flushes)
 VERIFY_KLD = "verify-pass"
 
@@ -53,7 +54,8 @@ class InProcessBackend:
     #: depend on the baseline's batching, see ``run.snapshots``)
     reuse_base_prompts: bool = False
     kld_method: str = KLD_METHOD
-    #: verify weight-only variants in bf16 compute too (the CLI's ``--verify auto`` turns it off: ``verifies``)
+    #: verify weight-only variants in bf16 compute on kernels that are not batch-invariant too (the CLI's
+    #: ``--verify auto`` turns it off: ``verifies``)
     verify_bf16: bool = True
     base: LoadedModel | None = None
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
@@ -213,7 +215,7 @@ class InProcessBackend:
         """"" when ``variant``'s greedy answers can be verified against the baseline's (``run.verify``), else why
         they are regenerated instead."""
         built = self.built(variant)
-        if (not self.verify_bf16 and variant.kv is None
+        if (not self.verify_bf16 and variant.kv is None and not invariant(built.model)
                 and str(self.loaded.dtype).removeprefix("torch.") == "bfloat16"):
             return BF16_UNVERIFIED
         if not plain_dynamic(built.model):
@@ -233,6 +235,8 @@ class InProcessBackend:
         built, prompts, tok = self.built(variant), self.prompts(task), self.loaded.tokenizer
         keys = [tuple(x) for x in encode_prompts(tok, [prompts[i] for i in indices])]
         p = self.prefix_len(task)
+        if built.model is not self.loaded.model and variant.kv is None:  # its prefills serve a "+kv" sibling next
+            self.snapshots = self.prompt_kv.part("variant", owner=name)
         # length-sorted batches of at most batch_size rows and max_batch_tokens padded (prompt + answer) tokens
         for js in plan_batches([len(k) + len(r.ids) for k, r in zip(keys, refs)], batch_size,
                                self.max_batch_tokens):
@@ -258,7 +262,9 @@ class InProcessBackend:
             var = Side(built.model, built.make_cache, None, snap)  # same weights, exact prefill: same prompt K/V
         else:
             var = Side(built.model, built.make_cache, encode_prefix(built.model, head, built.make_cache()))
-        return verify_batch(var, tok, rows, refs, base_lp, task.gen, stop_ids(tok))
+        own = built.model is not base_model and built.spec.kv is None and self.snapshots.owner == built.name
+        with observe_prefills(self.snapshots.observe if own and self.snapshot_bytes else None):
+            return verify_batch(var, tok, rows, refs, base_lp, task.gen, stop_ids(tok))
 
     def _verified_row(self, task: PreparedTask, index: int, name: str, base_output: str, v: Verified
                       ) -> tuple[SampleResult, KLDResult, Verified]:

@@ -12,7 +12,7 @@ speculative decoding with the baseline as the draft model.
 
 Exactness: with batch-invariant kernels (``models.invariance``: evalsuite's attention and padded Linear calls on
 the CPU, checked by a probe) the pass computes bit for bit what a step-by-step decode computes, so its choices are
-the decode's and no margin is needed (an exact tie still counts as one: argmax breaks it). Elsewhere (quanto's
+the decode's and no margin is needed (the choice is the decoder's own argmax, exact ties included). Elsewhere (quanto's
 kernels, CUDA, other attention implementations) the two differ in float rounding, and a position whose top-2 logit
 margin is below ``NEAR_TIE`` (in the variant's compute dtype) counts as a mismatch, so rounding cannot silently
 flip a choice: such a row decodes from there, step by step, as regeneration would.
@@ -57,10 +57,10 @@ def first_divergence(logits: torch.Tensor, ref: Reference, stop_ids: set[int], m
     must pick a stop token."""
     n = len(ref.ids)
     checks = n + 1 if ref.stop == "eos" else n
-    top = logits[:checks].topk(2, dim=-1)
-    gap = (top.values[:, 0] - top.values[:, 1]).float()
-    tie = (gap < (near_tie(logits.dtype) if margin is None else margin)) | (gap == 0)  # argmax breaks exact ties
-    choice = top.indices[:, 0].tolist()
+    top = logits[:checks].topk(2, dim=-1).values
+    gap = (top[:, 0] - top[:, 1]).float()
+    tie = gap < (near_tie(logits.dtype) if margin is None else margin)
+    choice = logits[:checks].argmax(-1).tolist()  # as decoding picks (argmax breaks an exact tie the same way)
     for k in range(checks):
         ok = choice[k] in stop_ids if k == n else choice[k] == ref.ids[k]
         if not ok or bool(tie[k]):

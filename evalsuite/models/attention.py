@@ -10,11 +10,12 @@ Two kernels, registered with transformers' ``AttentionInterface`` as ``NAME``:
   other columns. Masked columns get ``-inf``; the max is exact; ``exp`` is elementwise; the denominator is summed
   exactly: each term in [0, 1] rounded to a grid of 2**-24 (an integer in float32), summed in float64 (every
   partial sum is representable, so the order does not matter; the rounding costs at most keys x 2**-25 of the
-  denominator). The probabilities times the values must not depend on where a row's keys sit either: in the
-  values' dtype where ``models.invariance.probe`` shows that matmul ignores zero (masked) columns bit for bit
-  (bf16 on AVX-512-BF16 CPUs), else ``block_sum`` (each row's keys re-laid from column 0, a fixed-size float32
-  matmul per block of ``BLOCK`` keys, the blocks added in order). So a query reads exactly its own row's unmasked
-  keys in order, whatever else the tensor holds.
+  denominator). The probabilities times the values (``weighted_values``) must not depend on where a row's keys sit
+  either: each row's attended keys are re-laid from column 0, so two layouts of the same row differ only in masked
+  columns at the end; then one matmul in the values' dtype where ``models.invariance.probe`` shows that trailing
+  zero columns leave its result bit for bit unchanged (bf16 on AVX-512-BF16 CPUs: oneDNN), else (float32: MKL
+  blocks its reduction by the total length) fixed-size float32 blocks of ``BLOCK`` keys added in order. So a query
+  reads exactly its own row's unmasked keys in order, whatever else the tensor holds.
 * ``row_prefill``: a prompt's prefill (``engine.prefill`` marks it with ``prompt_prefill``; so is any forward with
   nothing cached before its queries). Each row runs SDPA alone over its own real columns (shared prefix + its own
   tokens, no padding): ``is_causal`` where the pattern is causal (zero queries stand in for a short prefix's), an
@@ -59,8 +60,7 @@ def prompt_prefill() -> Iterator[None]:
 def cached_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
                      scaling: float, exact_values: bool) -> torch.Tensor:
     """query [B, H, n, D], key/value [B, KH, L, D] (H a multiple of KH), mask None or bool [B, 1, n, L] (True
-    attends). Returns [B, n, H, Dv]. ``exact_values``: the values' dtype matmul ignores zero columns exactly;
-    otherwise each row's keys are re-laid from column 0 (``compact``) and the values summed in blocks."""
+    attends). Returns [B, n, H, Dv]. ``exact_values``: see ``weighted_values`` (``one_matmul``)."""
     b, h, n, d = query.shape
     key, value, mask = _min_keys(key, value, mask, n)
     kh, length = key.shape[1], key.shape[2]
@@ -77,10 +77,7 @@ def cached_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     # the denominator exactly, so in any order: e on a grid of 2**-24 (integers in float32), summed in float64
     total = torch.round(e * FIXED).sum(-1, keepdim=True, dtype=torch.float64).float() / FIXED
     probs = e.div_(total.clamp(min=torch.finfo(torch.float32).tiny))
-    if exact_values:
-        out = torch.matmul(probs.to(value.dtype), value)
-    else:
-        out = block_sum(probs, value, mask, n).to(value.dtype)
+    out = weighted_values(probs, value, mask, n, exact_values).to(value.dtype)
     return out.reshape(b, kh, h // kh, n, -1).reshape(b, h, n, -1).transpose(1, 2)
 
 
@@ -130,11 +127,14 @@ def _gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return flat.index_select(0, (start[:, :, None] + idx[:, None, :]).reshape(-1)).view(b, kh, -1, d)
 
 
-def block_sum(probs: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, n: int) -> torch.Tensor:
-    """probs [B, KH, R, L] (0 where masked) x value [B, KH, L, Dv] in float32, invariant to padding, holes and masked
-    later columns: each row's attended columns re-laid from column 0 (``_layout``), a fixed-size matmul per block of
-    ``BLOCK`` keys (at least ``MIN_ROWS`` rows), the blocks' partial sums added in order (trailing blocks of masked
-    keys add exact zeros). Returns [B, KH, R, Dv]."""
+def weighted_values(probs: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, n: int, one_matmul: bool
+                    ) -> torch.Tensor:
+    """probs [B, KH, R, L] (0 where masked) x value [B, KH, L, Dv], invariant to padding, holes and masked later
+    columns: each row's attended columns re-laid from column 0 (``_layout``: what differs between two layouts of the
+    same row is then only masked columns at the end), at least ``MIN_ROWS`` rows. ``one_matmul``: one matmul in the
+    values' dtype (its reduction ignores trailing zero columns, per ``models.invariance.probe``); otherwise float32
+    in fixed-size blocks of ``BLOCK`` keys, the blocks' partial sums added in order (trailing blocks of masked keys
+    add exact zeros). Returns [B, KH, R, Dv]."""
     b, kh, rows, length = probs.shape
     idx, allowed = _layout(mask, b, n, length, probs.device)
     width, dv = idx.shape[1], value.shape[-1]
@@ -143,9 +143,11 @@ def block_sum(probs: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | Non
     p.view(b, kh, rows // n, n, width).masked_fill_(~allowed.view(b, 1, 1, n, width), 0.0)  # the tail's stand-in
     if r > rows:
         p = torch.cat([p, p.new_zeros(b, kh, r - rows, width)], dim=2)
-    v = _gather_rows(value, idx).float()
+    v = _gather_rows(value, idx)
+    if one_matmul:
+        return torch.matmul(p.to(v.dtype), v)[:, :, :rows]
     blocks = width // BLOCK
-    part = torch.matmul(p.view(b, kh, r, blocks, BLOCK).transpose(2, 3), v.view(b, kh, blocks, BLOCK, dv))
+    part = torch.matmul(p.view(b, kh, r, blocks, BLOCK).transpose(2, 3), v.float().view(b, kh, blocks, BLOCK, dv))
     return part[:, :, :, :rows].cumsum(dim=2)[:, :, -1]
 
 

@@ -15,9 +15,9 @@ assumed):
   1,536 features). ``pad_small_batches`` pads such calls with zero rows and drops their outputs.
 * **Attention** (``models.attention``): scores from an fp32 matmul over the head dimension with at least
   ``MIN_ROWS`` query rows and ``MIN_KEYS`` key columns; an exact max; a softmax denominator summed exactly (fixed
-  point, see there); the probabilities times the values through the values' dtype matmul where the probe shows it
-  ignores zero (masked) columns bit for bit (bf16 on AVX-512-BF16 CPUs), else in fixed-size float32 blocks of
-  each row's own keys re-laid from column 0 (a fixed-size matmul computes each row the same way).
+  point, see there); each row's keys re-laid from column 0 before the probabilities multiply the values, through
+  the values' dtype matmul where the probe shows trailing zero (masked) columns leave it bit for bit unchanged
+  (bf16 on AVX-512-BF16 CPUs), else in fixed-size float32 blocks (a fixed-size matmul computes each row the same).
 * Normalization, activations, rotary embeddings and residual adds are elementwise or reduce one row at a time.
 
 ``probe`` checks the matmul properties on this machine at the model's own shapes (a few ms, once per process);
@@ -50,7 +50,7 @@ class Probe:
 
     linear: bool  # a Linear's rows do not depend on the other rows (>= MIN_ROWS rows)
     scores: bool  # fp32 query x key rows (and fixed-size blocks) do not depend on the key count, offset or rows
-    values: bool  # the value dtype's matmul ignores zero columns exactly (else attention sums fixed-size blocks)
+    values: bool  # the value dtype's matmul ignores trailing zero columns exactly (else fixed-size float32 blocks)
 
     @property
     def ok(self) -> bool:
@@ -66,18 +66,6 @@ def _rows_equal(fn: Any, x: torch.Tensor) -> bool:
         if not all(torch.equal(out[i], alone[i]) for i in range(min(m, len(alone)))):
             return False
     return torch.equal(fn(x)[40], fn(torch.cat([x[40:41], x[1:MIN_ROWS]]))[0])
-
-
-def _padded(p: torch.Tensor, v: torch.Tensor, lead: int, holes: int, tail: int, g: torch.Generator
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``p`` / ``v`` with zero (masked) columns: ``lead`` before, ``holes`` spread inside, ``tail`` after."""
-    n = p.shape[-1]
-    cols = torch.arange(n) + lead + torch.arange(n) * holes // max(n, 1)
-    width = int(cols[-1]) + 1 + tail
-    P = p.new_zeros(*p.shape[:-1], width)
-    V = torch.randn(width, v.shape[-1], generator=g).to(v.dtype)
-    P[..., cols], V[cols] = p, v
-    return P, V
 
 
 @functools.lru_cache(maxsize=16)
@@ -97,16 +85,16 @@ def probe(dtype: torch.dtype, shapes: tuple[tuple[int, int], ...], head_dim: int
     p, v = torch.rand(64, BLOCK, generator=g), torch.randn(4, BLOCK, head_dim, generator=g)  # block_sum's size
     scores = scores and _rows_equal(lambda x: x @ v[2], p) and torch.equal(
         torch.matmul(p[:MIN_ROWS].expand(4, MIN_ROWS, BLOCK), v)[2], p[:MIN_ROWS] @ v[2])
-    p, v = torch.rand(64, 300, generator=g).to(dtype), torch.randn(300, head_dim, generator=g).to(dtype)
-    want = p[:MIN_ROWS] @ v
-    values = _rows_equal(lambda x: x @ v, p)
-    for lead, holes, tail in ((0, 0, 37), (17, 0, 0), (3, 41, 250), (0, 130, 1)):
-        P, V = _padded(p, v, lead, holes, tail, g)
-        values = values and torch.equal((P @ V)[:MIN_ROWS], want) and torch.equal(P[:MIN_ROWS] @ V, want)
-    short = p[:MIN_ROWS, :MIN_KEYS] @ v[:MIN_KEYS]
-    for lead, holes, tail in ((0, 0, 5), (3, 4, 0)):
-        P, V = _padded(p[:, :MIN_KEYS], v[:MIN_KEYS], lead, holes, tail, g)
-        values = values and torch.equal((P @ V)[:MIN_ROWS], short)
+    values = True
+    for n in (300, 2100, 4100):  # a row's keys from column 0, masked (zero) columns after them
+        p, v = torch.rand(64, n, generator=g).to(dtype), torch.randn(n, head_dim, generator=g).to(dtype)
+        want = p[:MIN_ROWS] @ v
+        values = values and _rows_equal(lambda x: x @ v, p)
+        for tail in (1, 37, 1000):
+            V = torch.cat([v, torch.randn(tail, head_dim, generator=g).to(dtype)])
+            P = torch.cat([p, p.new_zeros(p.shape[0], tail)], dim=1)
+            values = values and torch.equal((P @ V)[:MIN_ROWS], want)
+            values = values and torch.equal(torch.matmul(P[None, :MIN_ROWS].expand(3, -1, -1), V)[1], want)
     return Probe(linear=linear, scores=scores, values=values)
 
 

@@ -1,6 +1,8 @@
 """Verification inside a run: the same answers as regeneration, stored paths, tallies, audit, bad input."""
 from __future__ import annotations
 
+import pytest
+
 import sqlite3
 import subprocess
 import sys
@@ -96,13 +98,22 @@ def test_the_report_says_how_answers_were_obtained(tokenizer, tmp_path):
     assert "4 regenerated" in render_markdown(report)
 
 
-def test_bf16_weight_only_variants_regenerate_unless_asked_to_verify(tiny, tmp_path):
-    """``--verify auto`` (the backend's ``verify_bf16=False``) regenerates a weight-only variant in bf16 compute
-    and says why, and still verifies a KV-cache variant; ``on`` verifies both."""
+def test_bf16_weight_only_variants_regenerate_only_without_invariant_kernels(tiny, tmp_path):
+    """``--verify auto`` (the backend's ``verify_bf16=False``) verifies every greedy variant on batch-invariant
+    kernels; on other kernels (here SDPA) it regenerates a weight-only variant in bf16 compute and says why, and
+    still verifies a KV-cache variant; ``on`` verifies both."""
     from evalsuite.engine.inprocess import BF16_UNVERIFIED, InProcessBackend
+    from evalsuite.models.invariance import invariant
 
     assert str(tiny.dtype).removeprefix("torch.") == "bfloat16"
     tasks, variants = prepared(n=4, seed=2), ("bf16", "w4g32", "kv4g32r8")
+    exact = run_model(tiny, tmp_path / "exact", variants, tasks=tasks,
+                      backend=InProcessBackend.of(tiny, verify_bf16=False))
+    if invariant(tiny.model):
+        assert {r.decode.split("@")[0] for r in exact.samples("w4g32")} <= {"verified", "diverged"}
+        assert "w4g32" not in exact.meta().get("unverified", {})
+    tiny.model.set_attn_implementation("sdpa")
+    assert not invariant(tiny.model)
     auto = run_model(tiny, tmp_path / "auto", variants, tasks=tasks,
                      backend=InProcessBackend.of(tiny, verify_bf16=False))
     assert {r.decode for r in auto.samples("w4g32")} == {"regenerated"}
@@ -113,13 +124,33 @@ def test_bf16_weight_only_variants_regenerate_unless_asked_to_verify(tiny, tmp_p
     assert "w4g32" not in on.meta().get("unverified", {})
 
 
-def test_a_kv_sibling_verifies_from_the_weight_only_variants_prompt_kv(tiny, tmp_path, monkeypatch):
-    """bf16, --verify auto: w4g32 regenerates (its prefills keep their prompt K/V for its KLD), and
-    w4g32+kv4g32r8, the same weights with a quantized cache, verifies from those K/V instead of its own prefill:
-    the same answers as with no K/V kept at all."""
+def _rounds_run(loaded, run_dir, variants, tasks, backend):
+    """A sequential run (variants stay built across its rounds, as ``make gate``'s do) of one round."""
+    from evalsuite.core.config import RunConfig
+    from evalsuite.core.store import Store
+    from evalsuite.gate.decide import store_decider
+    from evalsuite.run.rounds import Rounds
+    from evalsuite.run.runner import Runner
+
+    config = RunConfig(model="tiny", variants=list(variants), tasks=[t.name for t in tasks], batch_size=4,
+                       max_samples=len(tasks[0].samples), round_size=len(tasks[0].samples))
+    store = Store.create(run_dir, config.to_dict())
+    rounds = Rounds(max_samples=config.max_samples, round_size=config.round_size, decide=store_decider(None),
+                    log=lambda s: None, batch_size=4)
+    Runner(config, backend, tasks, store, progress=False, log=lambda s: None).run(backend.variants(variants), rounds)
+    return store
+
+
+@pytest.mark.parametrize("verify_weights", [True, False])
+def test_a_kv_sibling_verifies_from_the_weight_only_variants_prompt_kv(tiny, tmp_path, monkeypatch, verify_weights):
+    """w4g32's prefills (its verification pass, or its generation and KLD when it regenerates) keep their prompt
+    K/V, and w4g32+kv4g32r8, the same weights with a quantized cache, verifies from those K/V instead of its own
+    prefill: the same answers as with no K/V kept at all."""
     from evalsuite.engine import snapshots
     from evalsuite.engine.inprocess import InProcessBackend
 
+    if not verify_weights:
+        tiny.model.set_attn_implementation("sdpa")  # not batch-invariant: --verify auto regenerates w4g32
     tasks, variants = prepared(n=4, seed=2), ("bf16", "w4g32", "w4g32+kv4g32r8")
     served, take = [], snapshots.PromptSnapshots.take
 
@@ -129,13 +160,13 @@ def test_a_kv_sibling_verifies_from_the_weight_only_variants_prompt_kv(tiny, tmp
         return got
 
     monkeypatch.setattr(snapshots.PromptSnapshots, "take", counted)
-    kept = run_model(tiny, tmp_path / "kept", variants, tasks=tasks,
-                     backend=InProcessBackend.of(tiny, verify_bf16=False))
-    from_sibling = [ok for owner, ok in served if owner == "w4g32" and ok]
-    assert len(from_sibling) >= 2  # w4g32's own KLD pass, then its sibling's verification
+    kept = _rounds_run(tiny, tmp_path / "kept", variants, tasks, InProcessBackend.of(tiny, verify_bf16=False))
+    assert ({r.decode for r in kept.samples("w4g32")} == {"regenerated"}) != verify_weights
+    found = sum(ok for owner, ok in served if owner == "w4g32")
+    assert found >= (1 if verify_weights else 2)  # the sibling's verification (after w4g32's own KLD pass)
     served.clear()
-    none = run_model(tiny, tmp_path / "none", variants, tasks=tasks,
-                     backend=InProcessBackend.of(tiny, verify_bf16=False, snapshot_bytes=0))
+    none = _rounds_run(tiny, tmp_path / "none", variants, tasks,
+                       InProcessBackend.of(tiny, verify_bf16=False, snapshot_bytes=0))
     assert not any(ok for _, ok in served)
     for v in variants:
         assert [r.output for r in kept.samples(v)] == [r.output for r in none.samples(v)]
