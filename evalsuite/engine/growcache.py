@@ -56,6 +56,17 @@ class GrowLayer(DynamicLayer):
         return self.keys, self.values
 
 
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Keep rows ``beam_idx`` (a fresh buffer: the views must stay views of it)."""
+        if self._k is not None:
+            idx = beam_idx.to(self._k.device)
+            self.set(self.keys.index_select(0, idx), self.values.index_select(0, idx))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self._k is not None:
+            self.set(self.keys[indices, ...], self.values[indices, ...])
+
+
 def grow_cache(cache: DynamicCache) -> DynamicCache:
     """The same K/V in a DynamicCache of ``GrowLayer``s (the prefill's cache becomes the decode pool's)."""
     out = DynamicCache()

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from evalsuite.engine.decoder import Decoded, Prefix, decode_from, fill_cache
 from evalsuite.engine.forced import Forced, PromptKV, forced_pass
+from evalsuite.engine.growcache import grow_cache
 from evalsuite.core.records import Reference
 from evalsuite.models.invariance import invariant
 from evalsuite.tasks.base import GenSettings
@@ -104,6 +106,8 @@ def decode_tails(forced: Forced, tokenizer: Any, refs: Sequence[Reference], star
             mask[b, width - n:] = 1
         layers.append((k, v))
     cache = fill_cache(layers, make_cache(), model.config, mask=mask)
+    if all(type(layer) is DynamicLayer for layer in cache.layers):
+        cache = grow_cache(cache)  # an unquantized cache: decode steps append in place
     logits = torch.stack([first[r] for r in group]).to(forced.last.dtype)
     rows = [Decoded(ids=list(refs[r].ids[: starts[r]])) for r in group]
     done = decode_from(model, tokenizer, cache, logits, mask, gen, stop_ids, None, rows, [])
