@@ -15,7 +15,8 @@ from evalsuite.models.invariance import invariant
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
 from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills, plain_dynamic, plan_batches
-from evalsuite.engine.generate import Generation, cut_at_stop, encode_prompts, iter_generate, shared_prefix_len, stop_ids
+from evalsuite.engine.generate import (Generation, cut_at_stop, encode_prompts, iter_generate, shared_prefix_len,
+                                      stop_ids)
 from evalsuite.engine.kld import BaselineLogprobCache, baseline_answer_logprobs, kld_batches, teacher_forced_kld
 from evalsuite.run.prepare import PreparedTask, prepare_variants
 from evalsuite.run.prompts import render_prompt
@@ -31,9 +32,8 @@ from evalsuite.variants.spec import VariantSpec
 
 KLD_METHOD = "teacher-forced on the baseline's answer tokens (full vocabulary, in-process)"
 #: why ``--verify auto`` regenerates in bf16 on kernels that are not batch-invariant (measured: docs/verification.md)
-BF16_UNVERIFIED = ("a weight-only variant in bf16 compute on kernels that are not batch-invariant: regenerating it "
-                   "(refill pool, KLD from its own prompt K/V) costs less than verifying, where near-ties send most "
-                   "rows to a decode (--verify on verifies anyway)")
+BF16_UNVERIFIED = ("a weight-only variant in bf16 compute on kernels that are not batch-invariant: regenerating "
+                   "costs less than verifying, where near-ties send most rows to a decode (--verify on verifies)")
 #: KLD rows measured by the verification pass (the baseline's generated ids, chunked as decoding flushes)
 VERIFY_KLD = "verify-pass"
 
