@@ -24,8 +24,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer, QuantizedLayer
+from transformers.cache_utils import QuantizedLayer
 
+from evalsuite.engine.growcache import dynamic_layers
 from evalsuite.kvcache import track_mask
 from evalsuite.models.attention import prompt_prefill
 from evalsuite.models.device import synchronize
@@ -83,7 +84,7 @@ def common_prefix_len(id_lists: Sequence[Sequence[int]], min_len: int = MIN_PREF
 
 def plain_dynamic(model: Any) -> bool:
     """True when the model's DynamicCache keeps every token of every layer (no sliding window / linear layers)."""
-    return all(type(layer) is DynamicLayer for layer in DynamicCache(config=model.config).layers)
+    return dynamic_layers(DynamicCache(config=model.config))
 
 
 @torch.no_grad()
@@ -123,7 +124,7 @@ def exact_prefill(cache: Any) -> bool:
     if cache is None:
         return True
     layers = getattr(cache, "layers", [])
-    if all(type(layer) is DynamicLayer for layer in layers):
+    if dynamic_layers(cache):
         return True
     if all(isinstance(layer, QuantizedLayer) for layer in layers):
         return True  # transformers' QuantizedCache returns the prompt's own K/V on its first update

@@ -55,7 +55,6 @@ class GrowLayer(DynamicLayer):
         self._views()
         return self.keys, self.values
 
-
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Keep rows ``beam_idx`` (a fresh buffer: the views must stay views of it)."""
         if self._k is not None:
@@ -65,6 +64,13 @@ class GrowLayer(DynamicLayer):
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self._k is not None:
             self.set(self.keys[indices, ...], self.values[indices, ...])
+
+
+def dynamic_layers(cache: Any) -> bool:
+    """Whether every layer of ``cache`` is a plain ``DynamicLayer`` (unquantized, every token kept); False for a
+    cache without layers."""
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
 def grow_cache(cache: DynamicCache) -> DynamicCache:

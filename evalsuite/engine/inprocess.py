@@ -15,8 +15,8 @@ from evalsuite.models.invariance import invariant
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
 from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills, plain_dynamic, plan_batches
-from evalsuite.engine.generate import (Generation, cut_at_stop, encode_prompts, iter_generate, shared_prefix_len,
-                                      stop_ids)
+from evalsuite.engine.generate import Generation, cut_at_stop, encode_prompts, iter_generate, shared_prefix_len
+from evalsuite.engine.generate import stop_ids
 from evalsuite.engine.kld import BaselineLogprobCache, baseline_answer_logprobs, kld_batches, teacher_forced_kld
 from evalsuite.run.prepare import PreparedTask, prepare_variants
 from evalsuite.run.prompts import render_prompt
@@ -54,8 +54,7 @@ class InProcessBackend:
     #: depend on the baseline's batching, see ``run.snapshots``)
     reuse_base_prompts: bool = False
     kld_method: str = KLD_METHOD
-    #: verify weight-only variants in bf16 compute on kernels that are not batch-invariant too (the CLI's
-    #: ``--verify auto`` turns it off: ``verifies``)
+    #: verify weight-only variants in bf16 on kernels that are not batch-invariant too (``--verify auto``: off)
     verify_bf16: bool = True
     base: LoadedModel | None = None
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
@@ -185,7 +184,7 @@ class InProcessBackend:
         baseline under another name) recomputes."""
         self.snapshots = self.prompt_kv.part("variant", owner=name)  # the previous generation's are dropped
         if built.model is not self.loaded.model:
-            return (self.snapshots.observe if self.snapshot_bytes and variant.kv is None else None), None
+            return (self.snapshots.observe if self.snapshot_bytes and self.weight_only(built) else None), None
         if name != variant.name:
             return None, None
         if variant.is_baseline:
@@ -211,6 +210,10 @@ class InProcessBackend:
                                      observe_base=self.base_prompts.observe if self.snapshot_bytes else None)
             yield [KLDResult(name, task.name, sid, tuple(k), a, n) for sid, (k, a, n) in zip(ids, res)]
 
+    def weight_only(self, built: BuiltVariant) -> bool:
+        """Own weights and an unquantized cache: its prompt K/V are kept for its KLD and a "+kv" sibling."""
+        return built.model is not self.loaded.model and built.spec.kv is None
+
     def verifies(self, variant: VariantSpec) -> str:
         """"" when ``variant``'s greedy answers can be verified against the baseline's (``run.verify``), else why
         they are regenerated instead."""
@@ -235,7 +238,7 @@ class InProcessBackend:
         built, prompts, tok = self.built(variant), self.prompts(task), self.loaded.tokenizer
         keys = [tuple(x) for x in encode_prompts(tok, [prompts[i] for i in indices])]
         p = self.prefix_len(task)
-        if built.model is not self.loaded.model and variant.kv is None:  # its prefills serve a "+kv" sibling next
+        if self.weight_only(built):  # its prefills serve a "+kv" sibling next
             self.snapshots = self.prompt_kv.part("variant", owner=name)
         # length-sorted batches of at most batch_size rows and max_batch_tokens padded (prompt + answer) tokens
         for js in plan_batches([len(k) + len(r.ids) for k, r in zip(keys, refs)], batch_size,
@@ -262,7 +265,7 @@ class InProcessBackend:
             var = Side(built.model, built.make_cache, None, snap)  # same weights, exact prefill: same prompt K/V
         else:
             var = Side(built.model, built.make_cache, encode_prefix(built.model, head, built.make_cache()))
-        own = built.model is not base_model and built.spec.kv is None and self.snapshots.owner == built.name
+        own = self.weight_only(built) and self.snapshots.owner == built.name
         with observe_prefills(self.snapshots.observe if own and self.snapshot_bytes else None):
             return verify_batch(var, tok, rows, refs, base_lp, task.gen, stop_ids(tok))
 

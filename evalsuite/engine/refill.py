@@ -26,10 +26,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from evalsuite.models.device import synchronize
-from evalsuite.engine.growcache import grow_cache
+from evalsuite.engine.growcache import dynamic_layers, grow_cache
 from evalsuite.engine.decoder import Decoded, Prefix, pick_tokens, plain_dynamic, plan_batches, prefill, take_token
 from evalsuite.tasks.base import GenSettings
 
@@ -42,7 +41,7 @@ def can_refill(model: Any, cache: Any) -> bool:
     """Whether rows of ``cache``'s kind can be merged into a running batch (plain DynamicCache layers only)."""
     if not plain_dynamic(model):
         return False
-    return cache is None or all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
+    return cache is None or dynamic_layers(cache)
 
 
 def _left_pad(t: torch.Tensor, n: int, dim: int) -> torch.Tensor:

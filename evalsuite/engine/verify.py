@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
-from transformers.cache_utils import DynamicLayer
 
 from evalsuite.engine.decoder import Decoded, Prefix, decode_from, fill_cache
 from evalsuite.engine.forced import Forced, PromptKV, forced_pass
-from evalsuite.engine.growcache import grow_cache
+from evalsuite.engine.growcache import dynamic_layers, grow_cache
 from evalsuite.core.records import Reference
 from evalsuite.models.invariance import invariant
 from evalsuite.tasks.base import GenSettings
@@ -106,7 +105,7 @@ def decode_tails(forced: Forced, tokenizer: Any, refs: Sequence[Reference], star
             mask[b, width - n:] = 1
         layers.append((k, v))
     cache = fill_cache(layers, make_cache(), model.config, mask=mask)
-    if all(type(layer) is DynamicLayer for layer in cache.layers):
+    if dynamic_layers(cache):
         cache = grow_cache(cache)  # an unquantized cache: decode steps append in place
     logits = torch.stack([first[r] for r in group]).to(forced.last.dtype)
     rows = [Decoded(ids=list(refs[r].ids[: starts[r]])) for r in group]

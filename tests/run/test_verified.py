@@ -1,12 +1,11 @@
 """Verification inside a run: the same answers as regeneration, stored paths, tallies, audit, bad input."""
 from __future__ import annotations
 
-import pytest
-
 import sqlite3
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from evalsuite.core.store import Store
