@@ -1,10 +1,13 @@
 """evalsuite: is this quantized variant safe to release, and for whom?"""
-import os
 from pathlib import Path
 
-# OpenMP threads that spin while waiting collapse torch throughput ~20x when the CPU is shared (another model,
-# a llama.cpp server, a sandboxed test): measured 2.4 s vs 0.15 s per decode step on 2 busy cores.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from evalsuite.threads import choose_wait_policy
+
+# How torch's OpenMP threads wait between parallel regions, decided before torch loads (it reads the variable
+# once): spinning when this machine's CPUs are idle (decode runs thousands of small regions back to back: 1.3-1.7x
+# faster than sleeping), sleeping (PASSIVE) when other processes keep them busy (spinning threads then collapse
+# throughput ~5x). An OMP_WAIT_POLICY or GOMP_SPINCOUNT already set is kept. ``evalsuite.threads`` says more.
+choose_wait_policy()
 
 __version__ = "0.1.0"
 
