@@ -16,8 +16,9 @@ Both sides compute in the same dtype (the lm-eval side takes the dtype the evals
 evalsuite store it prints, per variant and task, the share of samples stored with ``decode = "verified"`` (no
 decoding needed), ``diverged@t``, ``regenerated`` and ``generated``; stores without that field say so. With
 ``--verify-off`` it prints, per variant and decode path, how often the verify-on answer is identical to the
-``--verify off`` one, and always how often evalsuite's and lm-eval's answers are identical (bf16 near-ties can
-differ with batching).
+``--verify off`` one, and always how often evalsuite's and lm-eval's answers are identical (in bf16 they differ
+by rounding: evalsuite prefills a task's shared prompt prefix once, HFLM whole rows). Both sides run under one
+OpenMP wait policy (``same_wait_policy``: evalsuite's choice for the machine's load when the benchmark starts).
 
     .venv/bin/python benchmarks/gate_time.py --tasks reasoning --n 4
     .venv/bin/python benchmarks/gate_time.py --n 32 --verify-off --keep runs-gate-time
@@ -261,8 +262,19 @@ def report(args: argparse.Namespace, times: dict[str, float], lm: tuple[float, f
     print("\n" + "\n".join(lines))
 
 
+def same_wait_policy() -> str:
+    """One OpenMP wait policy for both sides (``evalsuite.threads``): decided here, before either side runs, and
+    pinned in the environment the evalsuite subprocess inherits and this process's torch reads on import."""
+    import evalsuite  # noqa: F401  (importing it decides, from the machine's load now)
+
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", "300000")  # libgomp's default spin, made explicit
+    return os.environ.get("OMP_WAIT_POLICY") or f"spin (GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']})"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    policy = same_wait_policy()
     verify = has_verify_flag()
     if not verify:
         print("note: `evalsuite run --help` lists no --verify: timing its default (the decode table shows whether "
@@ -279,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
             print("note: --verify-off skipped: nothing to compare without verification")
         meta, rows = read_rows(stores["on"])
         lm_total, lm_gen, lm_outputs, gens = run_lm_eval_side(args, work, meta.get("dtype"))
-        lines = [f"dtype {meta.get('dtype')} on both sides", "", "### decode paths (evalsuite store)", "",
+        lines = [f"dtype {meta.get('dtype')} on both sides; OpenMP wait policy {policy} on both sides", "", "### decode paths (evalsuite store)", "",
                  *decode_table(meta, rows)]
         if "off" in stores:
             lines += ["", "### verified vs regenerated", "", *identical_table(rows, read_rows(stores["off"])[1])]
