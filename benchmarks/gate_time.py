@@ -291,8 +291,8 @@ def main(argv: list[str] | None = None) -> None:
             print("note: --verify-off skipped: nothing to compare without verification")
         meta, rows = read_rows(stores["on"])
         lm_total, lm_gen, lm_outputs, gens = run_lm_eval_side(args, work, meta.get("dtype"))
-        lines = [f"dtype {meta.get('dtype')} on both sides; OpenMP wait policy {policy} on both sides", "", "### decode paths (evalsuite store)", "",
-                 *decode_table(meta, rows)]
+        lines = [f"dtype {meta.get('dtype')} on both sides; OpenMP wait policy {policy} on both sides", "",
+                 "### decode paths (evalsuite store)", "", *decode_table(meta, rows)]
         if "off" in stores:
             lines += ["", "### verified vs regenerated", "", *identical_table(rows, read_rows(stores["off"])[1])]
         lines += ["", "### fairness", "", *fairness_lines(meta, rows, gens, lm_outputs)]

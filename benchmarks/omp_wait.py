@@ -55,15 +55,21 @@ def seconds(proc: subprocess.Popen) -> str:
     return out.strip().splitlines()[-1] + " s"
 
 
+def cpu_flags() -> list[str]:
+    """The vector-unit flags that decide CPU matmul speed here (empty without /proc/cpuinfo)."""
+    if not os.path.exists("/proc/cpuinfo"):
+        return []
+    with open("/proc/cpuinfo") as fh:
+        return sorted({f for line in fh for f in line.split() if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="json")
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--batch", type=int, default=16)
     args = ap.parse_args()
-    flags = sorted({f for line in open("/proc/cpuinfo") for f in line.split()
-                    if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")}) if os.path.exists("/proc/cpuinfo") else []
-    print(f"{args.task}, {args.n} samples, batch {args.batch}; {os.cpu_count()} CPUs, flags {' '.join(flags)}")
+    print(f"{args.task}, {args.n} samples, batch {args.batch}; {os.cpu_count()} CPUs, flags {' '.join(cpu_flags())}")
     print("| policy | alone | two at once (each) |\n|---|---|---|")
     for label, extra in POLICIES.items():
         alone = seconds(start(args, extra))
