@@ -75,13 +75,21 @@ browser:
 test: setup browser server-deps vllm llmc
 	EVALSUITE_VLLM_TESTS=1 $(PY) -m pytest -q
 
-# A real llama.cpp server for the endpoint tests (llama-cpp-python compiles llama.cpp from its sdist: several
-# minutes the first time, then pip's wheel cache) and Ray for the fan-out tests.
+# A real llama.cpp server for the endpoint tests and Ray for the fan-out tests. llama-cpp-python compiles llama.cpp
+# from its sdist (about 4 minutes on 2 cores) into a wheel kept in LLAMA_WHEELS, one folder per CPU (its flags'
+# hash: the build is native) and reused by every later setup. Native code without AMX: llama.cpp's AMX kernels
+# segfault on the first inference on some Sapphire Rapids machines (a 2-core Xeon VM here; ggml-org/llama.cpp#20824).
+LLAMA_CPP := 0.3.36
+CPU_ID := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-8)
+LLAMA_WHEELS ?= $(HOME)/.cache/evalsuite/wheels/llama-cpp-python-$(LLAMA_CPP)-$(CPU_ID)
+NO_AMX := $(if $(shell grep -qw amx_tile /proc/cpuinfo 2>/dev/null && echo y),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
 server-deps: $(VENV)/.server-deps
 
 $(VENV)/.server-deps: $(VENV)/.installed
-	CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
-	  $(PY) -m pip install -q -c constraints.txt 'llama-cpp-python[server]==0.3.36'
+	ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP)-*.whl >/dev/null 2>&1 || \
+	  CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)' -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
+	  $(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS) 'llama-cpp-python==$(LLAMA_CPP)'
+	$(PY) -m pip install -q -c constraints.txt "$$(ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP)-*.whl | head -1)[server]"
 	$(PY) -m pip install -q -c constraints.txt -e '.[ray]'
 	touch $@
 
