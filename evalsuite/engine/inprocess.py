@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
+from evalsuite.onednn import isa_setting
 from evalsuite.models.invariance import invariant
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
@@ -97,7 +98,7 @@ class InProcessBackend:
         return {"backend": "in-process", "compute_dtype": self.loaded.dtype,
                 "device": self.loaded.meta.get("device", "cpu"), "max_batch_tokens": self.max_batch_tokens,
                 "weight_kernels": self.kernels, "attention": self.loaded.meta.get("attention", "sdpa"),
-                "batch_invariant": invariant(self.loaded.model)}
+                "batch_invariant": invariant(self.loaded.model), "onednn_isa": isa_setting()}
 
     @property
     def loaded(self) -> LoadedModel:

@@ -5,6 +5,7 @@ import pytest
 
 from evalsuite.models.attention import NAME
 from evalsuite.errors import StoreMismatch
+from evalsuite.onednn import isa_setting
 from evalsuite.run.baselines import BaselineSource, save_baseline
 from tests.conftest import prepared, run_model
 from tests.run.test_runner import ArmedCopyTask
@@ -35,7 +36,8 @@ def test_manifest_records_what_changes_outputs(pinned):
     inv = store_settings(pinned)["batch_invariant"]
     batching = {} if inv else {"batch_size": 4, "max_batch_tokens": 24576}
     assert manifest["run"] == {**batching, "backend": "in-process", "compute_dtype": "bfloat16",
-                               "device": "cpu", "attention": NAME, "batch_invariant": inv}
+                               "device": "cpu", "attention": NAME, "batch_invariant": inv,
+                               "onednn_isa": isa_setting()}
     assert set(manifest["libraries"]) >= {"torch", "transformers", "optimum-quanto", "evalsuite"}
     assert set(manifest["tasks"]["copy"]) >= {"version", "params", "gen_settings", "seed", "sample_hashes"}
 

@@ -1,0 +1,39 @@
+"""oneDNN's kernel level, which decides whether bf16 matmuls are batch-invariant on CPUs with AMX.
+
+torch runs bf16 matmuls on the CPU through oneDNN, which picks its kernel by the CPU's best instruction set and the
+call's shape. On AVX-512-BF16 CPUs without AMX a Linear's output row does not depend on how many rows the call has
+(from ``models.invariance.MIN_ROWS`` on): verification is exact there (``engine.verify``). On CPUs with AMX (Intel
+Sapphire Rapids and later, flag ``amx_bf16``) oneDNN switches between AMX and AVX-512 kernels by the number of rows:
+SmolLM2-135M's projections compute a row differently at 33-299 rows than at <= 32 or >= 300 (a 2-core Xeon with
+AMX, torch 2.13), so ``models.invariance.probe`` fails, verification keeps its near-tie margins and a bf16 greedy
+answer can change with its batch.
+
+``ONEDNN_MAX_CPU_ISA=AVX512_CORE_FP16`` (set before evalsuite or torch is imported: oneDNN reads it once) caps oneDNN
+one level below AMX; the probe passes again. evalsuite does not set it for you, because the cap costs more than
+exact verification saves (``benchmarks/onednn_isa.py``, same machine, side by side: a 2,048-token prefill 1.09 s
+with AMX against 3.49 s capped; decode steps the same; a whole cold run of the mission's grid 132 s against 195 s).
+Set it where a run must be reproducible across batch sizes. The level in force is part of a run's settings and of
+a stored baseline's key (``isa_setting``), so baselines generated at different levels are never mixed.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+CAP = "AVX512_CORE_FP16"  #: the oneDNN level just below AVX512_CORE_AMX
+_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags (empty where ``path`` is missing or unreadable)."""
+    try:
+        with open(path) as fh:
+            return {f for line in fh if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+    except OSError:
+        return set()
+
+
+def isa_setting(env: Mapping[str, str] | None = None) -> str:
+    """The oneDNN level this process runs at, for a run's settings: the variable's value, or "default"."""
+    env = os.environ if env is None else env
+    return next((env[n] for n in _VARIABLES if n in env), "default")
