@@ -34,12 +34,17 @@ class FakeRunner:
     baseline_source: Any = None
     deadline: float | None = None
     calls: list[tuple[str, str]] = field(default_factory=list)
+    built: list[str] = field(default_factory=list)
 
     def round(self, variants: Sequence[Any], active: dict[str, set[str]], task_major: bool = False) -> None:
         self.calls += [(v, t) for v, tasks in active.items() for t in sorted(tasks)]
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() > self.deadline
+
+    def copies_baseline(self, variant: Any) -> bool:
+        self.built.append(variant.name)  # Rounds builds every variant before it times a task
+        return False
 
     def cost_per_sample(self, task: str) -> float | None:
         return None

@@ -365,3 +365,19 @@ def test_a_short_budget_goes_to_the_variant_nearest_a_decision():
     drawn, needs, stopped = run(kv_need=8)
     assert drawn == 11 and needs["kv"] == {"near": 8}  # 11 samples cover both needs: both run them
     assert "kv" not in stopped
+
+
+def test_variants_are_built_before_their_first_task_is_timed(tiny, tmp_path, policy, monkeypatch):
+    """A variant's one-off build (quantizing its weights) is not counted as the cost of its first task's pairs."""
+    from evalsuite.run.rounds import Rounds
+
+    backend, events = InProcessBackend.of(tiny, seed=1234), []
+    built, timed = backend.built, Rounds._timed
+    monkeypatch.setattr(backend, "built", lambda spec: events.append(("built", spec.name)) or built(spec))
+    monkeypatch.setattr(Rounds, "_timed", lambda self, runner, variants, name, task, active: (
+        events.append(("timed", name)), timed(self, runner, variants, name, task, active))[1])
+    config = RunConfig(model="tiny", variants=VARIANTS, tasks=["copy"], batch_size=8, max_samples=40, round_size=20)
+    execute(config, tmp_path / "r", False, backend, progress=False, log=lambda s: None, registry=_registry(),
+            decide=store_decider(policy))
+    for name in ("noop", "w2g32"):
+        assert events.index(("built", name)) < events.index(("timed", name))
