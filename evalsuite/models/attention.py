@@ -24,7 +24,9 @@ Two kernels, registered with transformers' ``AttentionInterface`` as ``NAME``:
 
 Measured on a 2-core AVX-512-BF16 EPYC (SmolLM2-135M, ``benchmarks/decode_attention.py``): see docs/verification.md.
 Other devices, additive masks, soft-capping, sinks and ``output_attentions`` keep transformers' SDPA (and
-``models.invariance.invariant`` is False there).
+``models.invariance.invariant`` is False there), and so does a model on a CPU whose matmuls fail the probe at its
+shapes and dtype (bf16 on CPUs with AMX, ``evalsuite.onednn``): there these kernels cannot make a row's logits
+batch-invariant, and cost a quarter of a run's time (a whole run 136 s against 103 s with SDPA).
 
 What it changes against SDPA: float rounding only; the kernel's name is part of a run's settings and of a stored
 baseline's key (a baseline generated with another kernel is regenerated, never mixed in).
@@ -222,13 +224,20 @@ def register() -> str:
 
 
 def use_invariant_kernels(model: Any) -> str:
-    """Switch ``model`` (loaded with SDPA) to ``NAME`` and pad its small Linear calls (``models.invariance``); a
-    model on another implementation (eager, flash, a remote-code model) keeps it. Returns the implementation the
-    model now runs. Call again after replacing modules (quantization adds Linear layers)."""
+    """Switch ``model`` (loaded with SDPA) to ``NAME`` and pad its small Linear calls (``models.invariance``) where
+    the probe shows this machine's matmuls can be batch-invariant at its shapes and dtype; a model on another
+    implementation (eager, flash, a remote-code model), or on a CPU where the probe fails, keeps it. Returns the
+    implementation the model now runs. Call again after replacing modules (quantization adds Linear layers)."""
     config = getattr(model, "config", None)
     current = getattr(config, "_attn_implementation", None)
     if current not in ("sdpa", NAME):
         return str(current)
+    param = next(model.parameters(), None)
+    cpu = param is not None and param.device.type == "cpu"
+    # probed once, at load: where this machine's matmuls cannot be made batch-invariant at the model's shapes (bf16
+    # on CPUs with AMX: evalsuite.onednn), the kernels would cost speed and buy nothing, so the model keeps SDPA
+    if current == "sdpa" and cpu and not probe(param.dtype, linear_shapes(model), head_dim(config)).ok:
+        return "sdpa"
     if current == "sdpa":
         register()
         try:
@@ -236,10 +245,6 @@ def use_invariant_kernels(model: Any) -> str:
         except (ValueError, AttributeError, ImportError):  # a model class that refuses custom kernels keeps SDPA
             return "sdpa"
     pad_small_batches(model)
-    try:  # probe once, at load, rather than inside the first forward
-        param = next(model.parameters())
-        if param.device.type == "cpu":
-            probe(param.dtype, linear_shapes(model), head_dim(config))
-    except StopIteration:
-        pass
+    if cpu:
+        probe(param.dtype, linear_shapes(model), head_dim(config))
     return str(model.config._attn_implementation)

@@ -159,6 +159,20 @@ def test_loaded_models_run_it_and_say_so(tokenizer, tiny):
     assert use_invariant_kernels(eager) == "eager"  # a model on another implementation keeps it
 
 
+def test_a_cpu_whose_matmuls_fail_the_probe_keeps_sdpa(monkeypatch):
+    """Where the probe fails (bf16 on CPUs with AMX), the kernels cannot make rows invariant: SDPA, no padding."""
+    from evalsuite.models import attention
+    from evalsuite.models.invariance import Probe, invariant
+
+    monkeypatch.setattr(attention, "probe", lambda *a: Probe(linear=False, scores=True, values=True))
+    model = make_tiny_model(256, seed=1)
+    assert use_invariant_kernels(model) == "sdpa" == model.config._attn_implementation
+    assert not any(getattr(m, "_evalsuite_padded", False) for m in model.modules())
+    assert not invariant(model)
+    monkeypatch.undo()
+    assert use_invariant_kernels(model) == NAME and invariant(model)
+
+
 def test_a_baseline_stored_with_another_kernel_is_regenerated():
     from evalsuite.core.records import DECODE_FORMAT
     from evalsuite.run.baselines import library_versions, mismatch_reason, run_key, task_key
