@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from evalsuite.onednn import CAP, cpu_flags
+from gate_time import same_wait_policy  # benchmarks/: one OpenMP wait policy for every side
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {"AMX (oneDNN's own choice)": {},
@@ -110,7 +111,8 @@ def main() -> None:
     ap.add_argument("--tasks", default="json,reasoning,needle")
     ap.add_argument("--limit", type=int, default=8)
     args = ap.parse_args()
-    print(f"{os.cpu_count()} CPUs, flags {flags()}; bf16, SmolLM2-135M")
+    policy = same_wait_policy()
+    print(f"{os.cpu_count()} CPUs, flags {flags()}; bf16, SmolLM2-135M; OpenMP workers: {policy}")
     print(f"| setting | batch-invariant | prefill {args.prefill} tokens | decode step, batch {args.batch} "
           f"at {args.prefill // 2} tokens |" + (" whole run | no decoding needed |" if args.run else ""))
     print("|---|---|---|---|" + ("---|---|" if args.run else ""))
