@@ -57,10 +57,9 @@ def seconds(proc: subprocess.Popen) -> str:
 
 def cpu_flags() -> list[str]:
     """The vector-unit flags that decide CPU matmul speed here (empty without /proc/cpuinfo)."""
-    if not os.path.exists("/proc/cpuinfo"):
-        return []
-    with open("/proc/cpuinfo") as fh:
-        return sorted({f for line in fh for f in line.split() if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")})
+    from evalsuite.onednn import cpu_flags as all_flags
+
+    return sorted(all_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from evalsuite.onednn import CAP, cpu_flags
-from gate_time import same_wait_policy  # benchmarks/: one OpenMP wait policy for every side
+from gate_time import evalsuite_cmd, same_wait_policy  # benchmarks/: one OpenMP policy for every side
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {"AMX (oneDNN's own choice)": {},
@@ -81,8 +81,7 @@ def micro(args: argparse.Namespace, extra: dict[str, str]) -> dict[str, float]:
 
 
 def whole_run(args: argparse.Namespace, extra: dict[str, str], work: Path, run_id: str) -> tuple[float, dict]:
-    exe = Path(sys.executable).with_name("evalsuite")
-    cmd = [str(exe), "run", "--variants", args.variants, "--tasks", args.tasks, "--limit", str(args.limit),
+    cmd = [*evalsuite_cmd(), "run", "--variants", args.variants, "--tasks", args.tasks, "--limit", str(args.limit),
            "--batch-size", str(args.batch), "--out", str(work), "--run-id", run_id, "--quiet"]
     env = {**env_for(extra), "EVALSUITE_BASELINES": str(work / "no-baselines"),
            "EVALSUITE_REPORTS": str(work / "reports")}

@@ -233,10 +233,10 @@ def use_invariant_kernels(model: Any) -> str:
     if current not in ("sdpa", NAME):
         return str(current)
     param = next(model.parameters(), None)
-    cpu = param is not None and param.device.type == "cpu"
-    # probed once, at load: where this machine's matmuls cannot be made batch-invariant at the model's shapes (bf16
-    # on CPUs with AMX: evalsuite.onednn), the kernels would cost speed and buy nothing, so the model keeps SDPA
-    if current == "sdpa" and cpu and not probe(param.dtype, linear_shapes(model), head_dim(config)).ok:
+    # probed at load (cached per dtype and shapes): where this machine's matmuls cannot be made batch-invariant at
+    # the model's shapes (bf16 on CPUs with AMX: evalsuite.onednn), the kernels would cost speed and buy nothing
+    ok = param is None or param.device.type != "cpu" or probe(param.dtype, linear_shapes(model), head_dim(config)).ok
+    if current == "sdpa" and not ok:
         return "sdpa"
     if current == "sdpa":
         register()
@@ -245,6 +245,4 @@ def use_invariant_kernels(model: Any) -> str:
         except (ValueError, AttributeError, ImportError):  # a model class that refuses custom kernels keeps SDPA
             return "sdpa"
     pad_small_batches(model)
-    if cpu:
-        probe(param.dtype, linear_shapes(model), head_dim(config))
     return str(model.config._attn_implementation)
