@@ -20,6 +20,7 @@ from evalsuite.core.config import RunConfig
 from evalsuite.engine.inprocess import InProcessBackend
 from evalsuite.run.pipeline import execute
 from evalsuite.core.store import Store
+from evalsuite.variants.spec import parse_variant
 
 VARIANTS = "w4g64,kv4g32r16,kv2g32r32kt,kvf8e4g0r16,kv4g32r16pq,w4g64+kv4g32r16"
 
@@ -71,12 +72,13 @@ def main() -> None:
         print("| variant | verified-run answer = regenerated | verified | diverged | near-tie positions | "
               "KLD (verify pass) | KLD (answer chunk) |")
         print("|---|---|---|---|---|---|---|")
-        for name in args.variants.split(","):
+        names = [parse_variant(v).name for v in args.variants.split(",")]  # as stored: kv4g32 -> kv4g32r128
+        for name in names:
             print(variant_rows(on, off, name))
         if args.noise_batch:
             other, _ = run_once(loaded, args, False, Path(tmp) / "noise", args.noise_batch)
             print(f"regenerated at batch {args.noise_batch} vs batch {args.batch_size} (the noise floor of regeneration):")
-            for name in args.variants.split(","):
+            for name in names:
                 a = {(r.task, r.sample_id): r.output for r in other.samples(name)}
                 b = {(r.task, r.sample_id): r.output for r in off.samples(name)}
                 same = sum(a[k] == b[k] for k in a.keys() & b.keys())

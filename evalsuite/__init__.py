@@ -1,6 +1,7 @@
 """evalsuite: is this quantized variant safe to release, and for whom?"""
 from pathlib import Path
 
+from evalsuite.mkl import choose_cbwr
 from evalsuite.threads import choose_wait_policy
 
 # How torch's OpenMP threads wait between parallel regions, decided before torch loads (it reads the variable
@@ -8,6 +9,9 @@ from evalsuite.threads import choose_wait_policy
 # faster than sleeping), sleeping (PASSIVE) when other processes keep them busy (spinning threads then collapse
 # throughput ~5x). An OMP_WAIT_POLICY or GOMP_SPINCOUNT already set is kept. ``evalsuite.threads`` says more.
 choose_wait_policy()
+# MKL's strict reproducibility mode: float32 matmuls whose rows do not depend on the call's shape (batch-invariant
+# where MKL's own blocking is not), at no cost measured; a MKL_CBWR already set is kept. ``evalsuite.mkl`` says more.
+choose_cbwr()
 
 __version__ = "0.1.0"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
+from evalsuite.mkl import cbwr_setting
 from evalsuite.onednn import isa_setting
 from evalsuite.models.invariance import invariant
 from evalsuite.models.loader import LoadedModel
@@ -59,6 +60,7 @@ class InProcessBackend:
     verify_bf16: bool = True
     base: LoadedModel | None = None
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
+    _specs: dict[str, VariantSpec] = field(default_factory=dict)  # every variant built so far (kept after release)
     _tokenizer: Any = None
     _prompts: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
     _prefix: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (samples seen, prefix tokens)
@@ -98,7 +100,8 @@ class InProcessBackend:
         return {"backend": "in-process", "compute_dtype": self.loaded.dtype,
                 "device": self.loaded.meta.get("device", "cpu"), "max_batch_tokens": self.max_batch_tokens,
                 "weight_kernels": self.kernels, "attention": self.loaded.meta.get("attention", "sdpa"),
-                "batch_invariant": invariant(self.loaded.model), "onednn_isa": isa_setting()}
+                "batch_invariant": invariant(self.loaded.model), "onednn_isa": isa_setting(),
+                "mkl_cbwr": cbwr_setting()}
 
     @property
     def loaded(self) -> LoadedModel:
@@ -113,11 +116,16 @@ class InProcessBackend:
             while self.max_built is not None and len(self._built) >= self.max_built:
                 self._built.pop(next(iter(self._built)))
             self._built[spec.name] = build_variant(self.loaded, spec, kernels=self.kernels)
+            self._specs[spec.name] = spec
         return self._built[spec.name]
 
     def release(self, variant: VariantSpec) -> None:
+        """Free the variant. Prompt K/V a weight-only variant kept stay held (within the budget) until the next
+        weight-only variant's part replaces them: a "+kv" sibling run after it verifies from them (in a run that
+        takes one variant at a time, the weight-only variant is released before its sibling starts)."""
         self._built.pop(variant.name, None)
-        self.snapshots.clear()
+        if not self.weight_only_spec(self.snapshots.owner):
+            self.snapshots.clear()
 
     def close(self) -> None:
         self._built.clear()
@@ -211,6 +219,11 @@ class InProcessBackend:
                                      observe_base=self.base_prompts.observe if self.snapshot_bytes else None)
             yield [KLDResult(name, task.name, sid, tuple(k), a, n) for sid, (k, a, n) in zip(ids, res)]
 
+    def weight_only_spec(self, name: str) -> bool:
+        """Whether the variant built under ``name`` has its own weights and an unquantized cache."""
+        spec = self._specs.get(name)
+        return spec is not None and spec.kv is None and (spec.weights.fmt != "none" or spec.artifact is not None)
+
     def weight_only(self, built: BuiltVariant) -> bool:
         """Own weights and an unquantized cache: its prompt K/V are kept for its KLD and a "+kv" sibling."""
         return built.model is not self.loaded.model and built.spec.kv is None
@@ -258,9 +271,10 @@ class InProcessBackend:
             base_lp = self._base_lp.get_rows((task.name, "verify", tuple(ids)),  # keeps them from this prefill
                                              lambda: baseline_logprobs(base, rows, refs, tok.pad_token_id))
         snap = snap or self.base_prompts.take(keys, keep=True)
-        if built.model is not base_model:  # a sibling's: the weight-only variant of the same weights, just run
-            sib = self._built.get(self.snapshots.owner)
-            same = sib is not None and sib.spec.kv is None and sib.spec.weights == built.spec.weights
+        if built.model is not base_model:  # a sibling's: the weight-only variant of the same weights, run before
+            sib = self._specs.get(self.snapshots.owner)
+            same = (self.weight_only_spec(self.snapshots.owner) and sib is not None
+                    and (sib.weights, sib.artifact) == (built.spec.weights, built.spec.artifact))
             snap = self.snapshots.take(keys, keep=True) if same else None
         if snap is not None and exact_prefill(built.make_cache()):
             var = Side(built.model, built.make_cache, None, snap)  # same weights, exact prefill: same prompt K/V

@@ -125,7 +125,7 @@ class Rounds:
     @staticmethod
     def build(runner: RoundsRunner, variants: Sequence[VariantRef]) -> None:
         """Build ``variants`` before any task is timed (``copies_baseline`` builds a variant to compare it with the
-        baseline), so a variant's one-off build (quantizing its weights: ~28 s for w4g64 on 2 cores) is not
+        baseline), so a variant's one-off build (quantizing its weights: ~1 s for w4g64 on 2 cores, quiet) is not
         counted in the seconds per pair of its first task, which would make that task look many times dearer to
         the budget's estimates than it is."""
         for variant in variants:

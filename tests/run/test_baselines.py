@@ -5,6 +5,7 @@ import pytest
 
 from evalsuite.models.attention import NAME
 from evalsuite.errors import StoreMismatch
+from evalsuite.mkl import cbwr_setting
 from evalsuite.onednn import isa_setting
 from evalsuite.run.baselines import BaselineSource, save_baseline
 from tests.conftest import prepared, run_model
@@ -37,7 +38,7 @@ def test_manifest_records_what_changes_outputs(pinned):
     batching = {} if inv else {"batch_size": 4, "max_batch_tokens": 24576}
     assert manifest["run"] == {**batching, "backend": "in-process", "compute_dtype": "bfloat16",
                                "device": "cpu", "attention": NAME, "batch_invariant": inv,
-                               "onednn_isa": isa_setting()}
+                               "onednn_isa": isa_setting(), "mkl_cbwr": cbwr_setting()}
     assert set(manifest["libraries"]) >= {"torch", "transformers", "optimum-quanto", "evalsuite"}
     assert set(manifest["tasks"]["copy"]) >= {"version", "params", "gen_settings", "seed", "sample_hashes"}
 
@@ -56,6 +57,22 @@ def test_manifest_from_before_device_counts_as_cpu(pinned):
     assert mismatch_reason(manifest, task, 1234, run_key(4, settings)) is None
     reason = mismatch_reason(manifest, task, 1234, run_key(4, {**settings, "device": "cuda:0"}))
     assert reason == "device differs (stored 'cpu', now 'cuda:0')"
+
+
+def test_a_baseline_stored_in_mkls_default_mode_is_not_mixed_with_strict_mode(pinned):
+    """float32 results change in their last bits with MKL's mode (``evalsuite.mkl``): a manifest written before the
+    mode was recorded counts as MKL's default, refused under the strict mode evalsuite sets."""
+    import json
+
+    from evalsuite.run.baselines import mismatch_reason, run_key
+
+    _, folder, store = pinned
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["run"].pop("mkl_cbwr")
+    task, settings = prepared(n=4)[0], store.meta()["settings"]
+    assert mismatch_reason(manifest, task, 1234, run_key(4, {**settings, "mkl_cbwr": "default"})) is None
+    reason = mismatch_reason(manifest, task, 1234, run_key(4, {**settings, "mkl_cbwr": "AUTO,STRICT"}))
+    assert reason == "mkl_cbwr differs (stored 'default', now 'AUTO,STRICT')"
 
 
 def test_matching_baseline_is_reused_not_regenerated(tiny, tmp_path, pinned):

@@ -170,3 +170,33 @@ def test_a_kv_sibling_verifies_from_the_weight_only_variants_prompt_kv(tiny, tmp
     for v in variants:
         assert [r.output for r in kept.samples(v)] == [r.output for r in none.samples(v)]
     assert {r.decode.split("@")[0] for r in kept.samples("w4g32+kv4g32r8")} <= {"verified", "diverged"}
+
+
+def test_a_kv_sibling_run_after_its_weight_only_variant_is_released_still_takes_its_prompt_kv(tiny, tmp_path,
+                                                                                              monkeypatch):
+    """A run that takes one variant at a time releases w4g32 (and runs a KV-only variant) before
+    w4g32+kv4g32r8 starts: w4g32's last prompt K/V are still there for the sibling, and the answers equal a run
+    that keeps none. A different weight-only variant's K/V are never taken."""
+    from evalsuite.engine import snapshots
+    from evalsuite.engine.inprocess import InProcessBackend
+
+    tasks, served, take = prepared(n=4, seed=2), [], snapshots.PromptSnapshots.take
+
+    def counted(self, keys, keep=False):
+        got = take(self, keys, keep)
+        served.append((self.owner, got is not None))
+        return got
+
+    monkeypatch.setattr(snapshots.PromptSnapshots, "take", counted)
+    variants = ("bf16", "w4g32", "kv4g32r8", "w4g32+kv4g32r8")
+    kept = run_model(tiny, tmp_path / "kept", variants, tasks=tasks, backend=InProcessBackend.of(tiny))
+    assert any(ok for owner, ok in served if owner == "w4g32")
+    none = run_model(tiny, tmp_path / "none", variants, tasks=tasks,
+                     backend=InProcessBackend.of(tiny, snapshot_bytes=0))
+    for v in variants:
+        assert [r.output for r in kept.samples(v)] == [r.output for r in none.samples(v)]
+    served.clear()
+    run_model(tiny, tmp_path / "other", ("bf16", "w8", "w4g32+kv4g32r8"), tasks=tasks,
+              backend=InProcessBackend.of(tiny))
+    assert not any(ok for owner, ok in served if owner == "w8")
+

@@ -1,0 +1,37 @@
+"""MKL's strict reproducibility mode, which makes float32 matmuls batch-invariant where MKL's own choice is not.
+
+torch multiplies float32 matrices on the CPU through MKL's GEMM, which picks its blocking (and so the order in which
+a row's sums are added) by the call's shape and the CPU. On a 2-core Xeon with AMX (torch 2.13) SmolLM2-135M's
+1,536 -> 576 projection computes rows 1-15 and 57-81+ of a call differently from the same rows in a call of another
+size, so ``models.invariance.probe`` fails in float32 there, verification falls back to near-tie margins and a
+quantized KV cache's greedy answers change with their batch (verified = regenerated on 69-97% of samples for KV
+variants, regeneration at batch 8 = at 16 about as often: docs/verification.md).
+
+MKL's Conditional Numerical Reproducibility in strict mode (``MKL_CBWR=AUTO,STRICT``) fixes the order of every
+reduction whatever the threads and the shape: the probe passes on that machine, and float32 GEMMs are no slower
+(2,048 x 576 x 1,536: 401 GFLOP/s strict against 378 default; a 16-row call 129 us against 169 us; same run).
+evalsuite sets it when first imported (MKL reads it at its first call, so before torch multiplies anything), unless
+the user set ``MKL_CBWR``; it changes float32 results in their last bits, never bf16 Linear layers (oneDNN's, see
+``evalsuite.onednn``). Where MKL was already called, or is absent, the probe still decides (``models.invariance``).
+The mode in force is part of a run's settings and of a stored baseline's key (``cbwr_setting``).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+
+STRICT = "AUTO,STRICT"  #: MKL's own code path for this CPU, with a fixed reduction order
+VARIABLE = "MKL_CBWR"
+
+
+def choose_cbwr(env: MutableMapping[str, str] | None = None) -> None:
+    """Set ``MKL_CBWR`` to ``STRICT`` unless it is set already (the user's value is kept)."""
+    env = os.environ if env is None else env
+    env.setdefault(VARIABLE, STRICT)
+
+
+def cbwr_setting(env: MutableMapping[str, str] | None = None) -> str:
+    """The MKL reproducibility mode this process runs with, for a run's settings: the variable's value, or
+    "default"."""
+    env = os.environ if env is None else env
+    return env.get(VARIABLE, "default")
