@@ -8,8 +8,9 @@ quantized KV cache's greedy answers change with their batch (verified = regenera
 variants, regeneration at batch 8 = at 16 about as often: docs/verification.md).
 
 MKL's Conditional Numerical Reproducibility in strict mode (``MKL_CBWR=AUTO,STRICT``) fixes the order of every
-reduction whatever the threads and the shape: the probe passes on that machine, and float32 GEMMs are no slower
-(2,048 x 576 x 1,536: 401 GFLOP/s strict against 378 default; a 16-row call 129 us against 169 us; same run).
+reduction whatever the threads and the shape: the probe passes on that machine, and float32 GEMMs are about as fast
+(``benchmarks/mkl_cbwr.py``, 3 alternating rounds: 2,048 x 576 x 1,536 at 348 GFLOP/s strict against 356 default,
+0.98x; a 16-row call 152 us against 176 us).
 evalsuite sets it when first imported (MKL reads it at its first call, so before torch multiplies anything), unless
 the user set ``MKL_CBWR``; it changes float32 results in their last bits, never bf16 Linear layers (oneDNN's, see
 ``evalsuite.onednn``). Where MKL was already called, or is absent, the probe still decides (``models.invariance``).

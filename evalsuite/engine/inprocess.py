@@ -60,7 +60,9 @@ class InProcessBackend:
     verify_bf16: bool = True
     base: LoadedModel | None = None
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
-    _specs: dict[str, VariantSpec] = field(default_factory=dict)  # every variant built so far (kept after release)
+    #: (weights, artifact) of every weight-only variant built so far (kept after release): whose prompt K/V a "+kv"
+    #: sibling may take
+    _weight_only: dict[str, tuple[Any, str | None]] = field(default_factory=dict)
     _tokenizer: Any = None
     _prompts: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
     _prefix: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (samples seen, prefix tokens)
@@ -115,8 +117,9 @@ class InProcessBackend:
         if spec.name not in self._built:
             while self.max_built is not None and len(self._built) >= self.max_built:
                 self._built.pop(next(iter(self._built)))
-            self._built[spec.name] = build_variant(self.loaded, spec, kernels=self.kernels)
-            self._specs[spec.name] = spec
+            built = self._built[spec.name] = build_variant(self.loaded, spec, kernels=self.kernels)
+            if self.weight_only(built):
+                self._weight_only[spec.name] = (spec.weights, spec.artifact)
         return self._built[spec.name]
 
     def release(self, variant: VariantSpec) -> None:
@@ -124,7 +127,7 @@ class InProcessBackend:
         weight-only variant's part replaces them: a "+kv" sibling run after it verifies from them (in a run that
         takes one variant at a time, the weight-only variant is released before its sibling starts)."""
         self._built.pop(variant.name, None)
-        if not self.weight_only_spec(self.snapshots.owner):
+        if self.snapshots.owner not in self._weight_only:
             self.snapshots.clear()
 
     def close(self) -> None:
@@ -219,11 +222,6 @@ class InProcessBackend:
                                      observe_base=self.base_prompts.observe if self.snapshot_bytes else None)
             yield [KLDResult(name, task.name, sid, tuple(k), a, n) for sid, (k, a, n) in zip(ids, res)]
 
-    def weight_only_spec(self, name: str) -> bool:
-        """Whether the variant built under ``name`` has its own weights and an unquantized cache."""
-        spec = self._specs.get(name)
-        return spec is not None and spec.kv is None and (spec.weights.fmt != "none" or spec.artifact is not None)
-
     def weight_only(self, built: BuiltVariant) -> bool:
         """Own weights and an unquantized cache: its prompt K/V are kept for its KLD and a "+kv" sibling."""
         return built.model is not self.loaded.model and built.spec.kv is None
@@ -272,9 +270,7 @@ class InProcessBackend:
                                              lambda: baseline_logprobs(base, rows, refs, tok.pad_token_id))
         snap = snap or self.base_prompts.take(keys, keep=True)
         if built.model is not base_model:  # a sibling's: the weight-only variant of the same weights, run before
-            sib = self._specs.get(self.snapshots.owner)
-            same = (self.weight_only_spec(self.snapshots.owner) and sib is not None
-                    and (sib.weights, sib.artifact) == (built.spec.weights, built.spec.artifact))
+            same = self._weight_only.get(self.snapshots.owner) == (built.spec.weights, built.spec.artifact)
             snap = self.snapshots.take(keys, keep=True) if same else None
         if snap is not None and exact_prefill(built.make_cache()):
             var = Side(built.model, built.make_cache, None, snap)  # same weights, exact prefill: same prompt K/V

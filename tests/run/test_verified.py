@@ -140,17 +140,10 @@ def _rounds_run(loaded, run_dir, variants, tasks, backend):
     return store
 
 
-@pytest.mark.parametrize("verify_weights", [True, False])
-def test_a_kv_sibling_verifies_from_the_weight_only_variants_prompt_kv(tiny, tmp_path, monkeypatch, verify_weights):
-    """w4g32's prefills (its verification pass, or its generation and KLD when it regenerates) keep their prompt
-    K/V, and w4g32+kv4g32r8, the same weights with a quantized cache, verifies from those K/V instead of its own
-    prefill: the same answers as with no K/V kept at all."""
+def _count_takes(monkeypatch):
+    """Every ``PromptSnapshots.take`` from now on, as (owner, whether it served the batch)."""
     from evalsuite.engine import snapshots
-    from evalsuite.engine.inprocess import InProcessBackend
 
-    if not verify_weights:
-        tiny.model.set_attn_implementation("sdpa")  # not batch-invariant: --verify auto regenerates w4g32
-    tasks, variants = prepared(n=4, seed=2), ("bf16", "w4g32", "w4g32+kv4g32r8")
     served, take = [], snapshots.PromptSnapshots.take
 
     def counted(self, keys, keep=False):
@@ -159,6 +152,20 @@ def test_a_kv_sibling_verifies_from_the_weight_only_variants_prompt_kv(tiny, tmp
         return got
 
     monkeypatch.setattr(snapshots.PromptSnapshots, "take", counted)
+    return served
+
+
+@pytest.mark.parametrize("verify_weights", [True, False])
+def test_a_kv_sibling_verifies_from_the_weight_only_variants_prompt_kv(tiny, tmp_path, monkeypatch, verify_weights):
+    """w4g32's prefills (its verification pass, or its generation and KLD when it regenerates) keep their prompt
+    K/V, and w4g32+kv4g32r8, the same weights with a quantized cache, verifies from those K/V instead of its own
+    prefill: the same answers as with no K/V kept at all."""
+    from evalsuite.engine.inprocess import InProcessBackend
+
+    if not verify_weights:
+        tiny.model.set_attn_implementation("sdpa")  # not batch-invariant: --verify auto regenerates w4g32
+    tasks, variants = prepared(n=4, seed=2), ("bf16", "w4g32", "w4g32+kv4g32r8")
+    served = _count_takes(monkeypatch)
     kept = _rounds_run(tiny, tmp_path / "kept", variants, tasks, InProcessBackend.of(tiny, verify_bf16=False))
     assert ({r.decode for r in kept.samples("w4g32")} == {"regenerated"}) != verify_weights
     found = sum(ok for owner, ok in served if owner == "w4g32")
@@ -177,17 +184,9 @@ def test_a_kv_sibling_run_after_its_weight_only_variant_is_released_still_takes_
     """A run that takes one variant at a time releases w4g32 (and runs a KV-only variant) before
     w4g32+kv4g32r8 starts: w4g32's last prompt K/V are still there for the sibling, and the answers equal a run
     that keeps none. A different weight-only variant's K/V are never taken."""
-    from evalsuite.engine import snapshots
     from evalsuite.engine.inprocess import InProcessBackend
 
-    tasks, served, take = prepared(n=4, seed=2), [], snapshots.PromptSnapshots.take
-
-    def counted(self, keys, keep=False):
-        got = take(self, keys, keep)
-        served.append((self.owner, got is not None))
-        return got
-
-    monkeypatch.setattr(snapshots.PromptSnapshots, "take", counted)
+    tasks, served = prepared(n=4, seed=2), _count_takes(monkeypatch)
     variants = ("bf16", "w4g32", "kv4g32r8", "w4g32+kv4g32r8")
     kept = run_model(tiny, tmp_path / "kept", variants, tasks=tasks, backend=InProcessBackend.of(tiny))
     assert any(ok for owner, ok in served if owner == "w4g32")
@@ -199,4 +198,3 @@ def test_a_kv_sibling_run_after_its_weight_only_variant_is_released_still_takes_
     run_model(tiny, tmp_path / "other", ("bf16", "w8", "w4g32+kv4g32r8"), tasks=tasks,
               backend=InProcessBackend.of(tiny))
     assert not any(ok for owner, ok in served if owner == "w8")
-
