@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from evalsuite.mkl import cbwr_setting
+from evalsuite.models.packed import setting as linear_setting
 from evalsuite.onednn import isa_setting
 from evalsuite.models.invariance import invariant
 from evalsuite.models.loader import LoadedModel
@@ -103,7 +104,7 @@ class InProcessBackend:
                 "device": self.loaded.meta.get("device", "cpu"), "max_batch_tokens": self.max_batch_tokens,
                 "weight_kernels": self.kernels, "attention": self.loaded.meta.get("attention", "sdpa"),
                 "batch_invariant": invariant(self.loaded.model), "onednn_isa": isa_setting(),
-                "mkl_cbwr": cbwr_setting()}
+                "mkl_cbwr": cbwr_setting(), "linear": linear_setting(self.loaded.model)}
 
     @property
     def loaded(self) -> LoadedModel:

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from evalsuite.models.invariance import (BLOCK, MIN_KEYS, MIN_ROWS, NAME, head_dim, linear_shapes, pad_small_batches,
                                          probe)
+from evalsuite.models.packed import pack_linears
 
 FIXED = 2.0 ** 24  #: the denominator's fixed-point grid (a float32 integer per key; exact sums up to 2**29 keys)
 _PREFILL: ContextVar[bool] = ContextVar("evalsuite_prompt_prefill", default=False)
@@ -224,17 +225,20 @@ def register() -> str:
 
 
 def use_invariant_kernels(model: Any) -> str:
-    """Switch ``model`` (loaded with SDPA) to ``NAME`` and pad its small Linear calls (``models.invariance``) where
-    the probe shows this machine's matmuls can be batch-invariant at its shapes and dtype; a model on another
-    implementation (eager, flash, a remote-code model), or on a CPU where the probe fails, keeps it. Returns the
-    implementation the model now runs. Call again after replacing modules (quantization adds Linear layers)."""
+    """Pack ``model``'s bf16 Linear weights on the CPU (``models.packed``); switch it (loaded with SDPA) to ``NAME``
+    and pad its small Linear calls (``models.invariance``) where the probe shows this machine's matmuls can be
+    batch-invariant at its shapes and dtype; a model on another implementation (eager, flash, a remote-code model),
+    or on a CPU where the probe fails, keeps it. Returns the implementation the model now runs. Call again after
+    replacing modules (quantization adds Linear layers)."""
     config = getattr(model, "config", None)
     current = getattr(config, "_attn_implementation", None)
+    pack_linears(model)  # bf16 on the CPU: prepacked weights (``models.packed``)
     if current not in ("sdpa", NAME):
         return str(current)
     param = next(model.parameters(), None)
-    # probed at load (cached per dtype and shapes): where this machine's matmuls cannot be made batch-invariant at
-    # the model's shapes (bf16 on CPUs with AMX: evalsuite.onednn), the kernels would cost speed and buy nothing
+    # probed at load (cached per dtype and shapes) with plain Linear calls: where they are not batch-invariant at the
+    # model's shapes (bf16 on CPUs with AMX: evalsuite.onednn) the kernels cost more than exact verification saves.
+    # Packed Linear layers pass the probe there too, but the kernels then cost 1.6x a whole run (models.packed)
     ok = param is None or param.device.type != "cpu" or probe(param.dtype, linear_shapes(model), head_dim(config)).ok
     if current == "sdpa" and not ok:
         return "sdpa"

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
-import torch.nn.functional as F
+
+from evalsuite.models.packed import linear_fn, packed_model
 
 #: the name ``models.attention`` registers its kernels under with transformers' AttentionInterface; it is a stored
 #: baseline's ``attention`` key, so it changes whenever the kernels' rounding does (inv1: batch-invariant kernels)
@@ -69,11 +70,12 @@ def _rows_equal(fn: Any, x: torch.Tensor) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def probe(dtype: torch.dtype, shapes: tuple[tuple[int, int], ...], head_dim: int) -> Probe:
+def probe(dtype: torch.dtype, shapes: tuple[tuple[int, int], ...], head_dim: int, packed: bool = False) -> Probe:
     """Check this machine's CPU matmuls for the properties above at ``shapes`` ((in, out) of the Linear layers)
-    and ``head_dim``: each on random data, compared bit for bit."""
+    and ``head_dim``: each on random data, compared bit for bit. ``packed``: the Linear layers run from prepacked
+    weights (``models.packed``)."""
     g = torch.Generator().manual_seed(0)
-    linear = all(_rows_equal(lambda x, w=torch.randn(min(o, 8192), i, generator=g).to(dtype): F.linear(x, w),
+    linear = all(_rows_equal(linear_fn(torch.randn(min(o, 8192), i, generator=g).to(dtype), packed),
                              torch.randn(64, i, generator=g).to(dtype)) for i, o in shapes)  # a vocabulary's slice
     q, k = torch.randn(64, head_dim, generator=g), torch.randn(700, head_dim, generator=g)
     ref = q[:MIN_ROWS] @ k[:300].T
@@ -146,7 +148,7 @@ def _plain_linears(modules: Iterable[torch.nn.Module]) -> Iterable[torch.nn.Modu
 
 def invariant(model: Any) -> bool:
     """Whether ``model``'s forward is batch-invariant: evalsuite's attention on the CPU, every Linear a padded plain
-    ``nn.Linear``, no attention soft-capping, and the probe passing at its shapes and dtype."""
+    ``nn.Linear`` (prepacked or not), no attention soft-capping, and the probe passing at its shapes and dtype."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "_attn_implementation", None) != NAME:
         return False
@@ -159,4 +161,4 @@ def invariant(model: Any) -> bool:
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     if any(type(m) is not torch.nn.Linear or not getattr(m, "_evalsuite_padded", False) for m in linears):
         return False
-    return probe(param.dtype, linear_shapes(model), head_dim(config)).ok
+    return probe(param.dtype, linear_shapes(model), head_dim(config), packed_model(model)).ok

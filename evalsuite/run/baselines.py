@@ -41,12 +41,12 @@ def library_versions() -> dict[str, str]:
 #: run settings that change outputs (batch composition changes padding and numerics, unless the kernels are
 #: batch-invariant; dtype changes everything)
 RUN_KEYS = ("batch_size", "max_batch_tokens", "compute_dtype", "backend", "device", "attention", "batch_invariant",
-            "onednn_isa", "mkl_cbwr")
+            "onednn_isa", "mkl_cbwr", "linear")
 #: what a manifest written before a key existed stored implicitly (every baseline before --device ran on the CPU,
 #: before ``evalsuite.models.attention`` with transformers' SDPA, before ``evalsuite.onednn`` at oneDNN's own level,
-#: before ``evalsuite.mkl`` in MKL's default mode)
+#: before ``evalsuite.mkl`` in MKL's default mode, before ``evalsuite.models.packed`` with plain Linear calls)
 RUN_DEFAULTS = {"device": "cpu", "attention": "sdpa", "batch_invariant": False, "onednn_isa": "default",
-                "mkl_cbwr": "default"}
+                "mkl_cbwr": "default", "linear": "plain"}
 #: keys that do not change outputs when the kernels are batch-invariant (``models.invariance``)
 BATCHING_KEYS = ("batch_size", "max_batch_tokens")
 LIBRARIES = ("torch", "transformers", "optimum-quanto", "evalsuite")

@@ -7,6 +7,7 @@ from typing import Any, Callable
 from evalsuite.models.attention import NAME
 from evalsuite.models.invariance import pad_small_batches
 from evalsuite.models.loader import LoadedModel
+from evalsuite.models.packed import pack_linears, packed_model
 from evalsuite.variants.memory import WeightBytes, weight_bytes
 from evalsuite.variants.spec import VariantSpec
 from evalsuite.variants.weights import dequantize_linears, quantize_weights
@@ -79,6 +80,8 @@ def build_variant(base: LoadedModel, spec: VariantSpec, kernels: str = "quanto")
     used = "quanto"
     if kernels == "dequantized" and model is not base.model and dequantize_linears(model):
         used = "dequantized"
+    if model is not base.model and packed_model(base.model):
+        pack_linears(model)  # like the baseline's (a deep copy starts unpacked; quantization adds Linear layers)
     if model is not base.model and base.meta.get("attention") == NAME:
         pad_small_batches(model)  # the Linear layers quantization replaced are padded like the baseline's
     return BuiltVariant(spec=spec, model=model, tokenizer=base.tokenizer, weights=weights, kernels=used,

@@ -6,6 +6,7 @@ import pytest
 from evalsuite.models.attention import NAME
 from evalsuite.errors import StoreMismatch
 from evalsuite.mkl import cbwr_setting
+from evalsuite.models.packed import setting as linear_setting
 from evalsuite.onednn import isa_setting
 from evalsuite.run.baselines import BaselineSource, save_baseline
 from tests.conftest import prepared, run_model
@@ -29,7 +30,7 @@ def store_settings(pinned):
     return pinned[2].meta()["settings"]
 
 
-def test_manifest_records_what_changes_outputs(pinned):
+def test_manifest_records_what_changes_outputs(pinned, tiny):
     import json
 
     _, folder, _ = pinned
@@ -38,7 +39,8 @@ def test_manifest_records_what_changes_outputs(pinned):
     batching = {} if inv else {"batch_size": 4, "max_batch_tokens": 24576}
     assert manifest["run"] == {**batching, "backend": "in-process", "compute_dtype": "bfloat16",
                                "device": "cpu", "attention": NAME, "batch_invariant": inv,
-                               "onednn_isa": isa_setting(), "mkl_cbwr": cbwr_setting()}
+                               "onednn_isa": isa_setting(), "mkl_cbwr": cbwr_setting(),
+                               "linear": linear_setting(tiny.model)}
     assert set(manifest["libraries"]) >= {"torch", "transformers", "optimum-quanto", "evalsuite"}
     assert set(manifest["tasks"]["copy"]) >= {"version", "params", "gen_settings", "seed", "sample_hashes"}
 
@@ -59,20 +61,23 @@ def test_manifest_from_before_device_counts_as_cpu(pinned):
     assert reason == "device differs (stored 'cpu', now 'cuda:0')"
 
 
-def test_a_baseline_stored_in_mkls_default_mode_is_not_mixed_with_strict_mode(pinned):
-    """float32 results change in their last bits with MKL's mode (``evalsuite.mkl``): a manifest written before the
-    mode was recorded counts as MKL's default, refused under the strict mode evalsuite sets."""
+@pytest.mark.parametrize("key, before, now", [("mkl_cbwr", "default", "AUTO,STRICT"), ("linear", "plain", "packed1")])
+def test_a_baseline_stored_before_a_kernel_setting_existed_is_not_mixed_with_the_new_kernels(pinned, key, before,
+                                                                                            now):
+    """float32 results change in their last bits with MKL's mode (``evalsuite.mkl``), bf16 prefills with packed
+    Linear weights (``models.packed``): a manifest written before the setting was recorded counts as the old
+    kernels, refused under the new ones."""
     import json
 
     from evalsuite.run.baselines import mismatch_reason, run_key
 
     _, folder, store = pinned
     manifest = json.loads((folder / "manifest.json").read_text())
-    manifest["run"].pop("mkl_cbwr")
+    manifest["run"].pop(key)
     task, settings = prepared(n=4)[0], store.meta()["settings"]
-    assert mismatch_reason(manifest, task, 1234, run_key(4, {**settings, "mkl_cbwr": "default"})) is None
-    reason = mismatch_reason(manifest, task, 1234, run_key(4, {**settings, "mkl_cbwr": "AUTO,STRICT"}))
-    assert reason == "mkl_cbwr differs (stored 'default', now 'AUTO,STRICT')"
+    assert mismatch_reason(manifest, task, 1234, run_key(4, {**settings, key: before})) is None
+    reason = mismatch_reason(manifest, task, 1234, run_key(4, {**settings, key: now}))
+    assert reason == f"{key} differs (stored {before!r}, now {now!r})"
 
 
 def test_matching_baseline_is_reused_not_regenerated(tiny, tmp_path, pinned):
