@@ -84,8 +84,13 @@ def supported() -> bool:
 
 
 def _candidates(model: torch.nn.Module) -> list[torch.nn.Linear]:
-    return [m for m in model.modules() if type(m) is torch.nn.Linear and m.weight.dtype == torch.bfloat16
-            and m.weight.device.type == "cpu"]
+    """Plain bf16 ``nn.Linear`` layers on the CPU that compute ``F.linear`` with their ``weight``: not a module
+    whose forward another library wrapped on the instance (compressed-tensors' quantized forward), nor one whose
+    weight was replaced by other parameters (compressed-tensors' packed form)."""
+    return [m for m in model.modules() if type(m) is torch.nn.Linear
+            and isinstance(m.__dict__["_parameters"].get("weight"), torch.Tensor)
+            and m.weight.dtype == torch.bfloat16 and m.weight.device.type == "cpu"
+            and ("forward" not in m.__dict__ or is_packed(m)) and not hasattr(m, "quantization_scheme")]
 
 
 def available_bytes(path: str = "/proc/meminfo") -> int | None:

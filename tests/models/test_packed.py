@@ -67,6 +67,16 @@ def test_a_call_that_tracks_gradients_falls_back_to_the_plain_linear():
     assert out.grad_fn is not None and torch.equal(out.detach(), F.linear(x, lin.weight.detach()))
 
 
+def test_a_layer_another_library_wrapped_or_emptied_is_left_alone():
+    wrapped, emptied = _linear(), _linear()
+    wrapped.forward = lambda x: torch.zeros(1)  # e.g. compressed-tensors' quantized forward, set on the instance
+    del emptied.weight  # e.g. compressed-tensors' packed form: other parameters instead of ``weight``
+    model = torch.nn.Sequential(wrapped, emptied, _linear())
+    assert packed.pack_linears(model) == 1
+    assert not packed.is_packed(wrapped) and not packed.is_packed(emptied) and packed.is_packed(model[2])
+    assert torch.equal(wrapped(torch.ones(1)), torch.zeros(1))
+
+
 def test_float32_layers_are_left_plain():
     lin = torch.nn.Linear(8, 8)
     assert packed.pack_linears(lin) == 0 and packed.setting(lin) == "plain"
