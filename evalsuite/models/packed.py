@@ -57,11 +57,20 @@ class _Pack:
 
     def get(self, weight: torch.Tensor) -> torch.Tensor:
         """The packed form of ``weight``, packed again when it is another tensor or was changed in place."""
-        if self.ref is None or self.ref() is not weight or self.version != weight._version \
-                or self.ptr != weight.data_ptr():
+        version = _version(weight)
+        if self.ref is None or self.ref() is not weight or self.version != version or self.ptr != weight.data_ptr():
             self.tensor = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
-            self.ref, self.version, self.ptr = weakref.ref(weight), weight._version, weight.data_ptr()
+            self.ref, self.version, self.ptr = weakref.ref(weight), version, weight.data_ptr()
         return self.tensor
+
+
+def _version(weight: torch.Tensor) -> int:
+    """In-place changes counted by autograd (-2 for an inference tensor, which counts none: it cannot be changed
+    in place outside inference mode)."""
+    try:
+        return weight._version
+    except RuntimeError:
+        return -2
 
 
 def _packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:

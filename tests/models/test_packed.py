@@ -45,6 +45,15 @@ def test_a_weight_changed_in_place_or_replaced_is_packed_again():
         assert torch.count_nonzero(lin(x)) == 0
 
 
+def test_weights_made_in_inference_mode_are_packed_too():
+    with torch.inference_mode():
+        lin = _linear()
+        x = torch.randn(4, 64).to(torch.bfloat16)
+    packed.pack_linears(lin)
+    with torch.no_grad():
+        assert _close(lin(x), F.linear(x, lin.weight))
+
+
 def test_a_deep_copy_runs_its_own_weights_and_leaves_the_original_alone():
     model = make_tiny_model(64)
     packed.pack_linears(model)
