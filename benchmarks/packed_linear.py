@@ -54,12 +54,6 @@ def linear_table(shapes: tuple[tuple[int, int], ...]) -> None:
               f"packed {varies_with_rows(pack, x) or 'none'} | |")
 
 
-def unpack(model: Any) -> None:
-    for mod in model.modules():
-        mod.__dict__.pop("forward", None)
-        mod.__dict__.pop("_evalsuite_pack", None)
-
-
 @torch.no_grad()
 def step_ms(model: Any, batch: int, context: int, steps: int = 12) -> float:
     """Median ms of a decode step after a ``context``-token prefill of ``batch`` rows."""
@@ -83,17 +77,14 @@ def step_ms(model: Any, batch: int, context: int, steps: int = 12) -> float:
     return statistics.median(times)
 
 
-def step_table(args: argparse.Namespace) -> None:
-    from evalsuite.models import load_model
-
-    model = load_model("default", "bfloat16").model
+def step_table(args: argparse.Namespace, model: Any) -> None:
     print(f"\nattention {model.config._attn_implementation}; decode step, median ms (rounds alternate)")
     print("| batch | context | plain | packed | speed-up |\n|---|---|---|---|---|")
     for batch in (int(b) for b in args.batches.split(",")):
         for context in (int(c) for c in args.contexts.split(",")):
             res: dict[str, list[float]] = {"plain": [], "packed": []}
             for _ in range(args.rounds):
-                unpack(model)
+                packed.unpack_linears(model)
                 res["plain"].append(step_ms(model, batch, context))
                 packed.pack_linears(model)
                 res["packed"].append(step_ms(model, batch, context))
@@ -113,8 +104,9 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU flags {' '.join(flags)}\n")
     from evalsuite.models import load_model
 
-    linear_table(linear_shapes(load_model("default", "bfloat16").model))
-    step_table(args)
+    model = load_model("default", "bfloat16").model
+    linear_table(linear_shapes(model))
+    step_table(args, model)
 
 
 if __name__ == "__main__":

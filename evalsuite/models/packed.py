@@ -126,14 +126,19 @@ def pack_linears(model: torch.nn.Module) -> int:
     need = sum(m.weight.numel() * m.weight.element_size() for m in new)
     free = available_bytes()
     if new and free is not None and need > MEMORY_SHARE * free:
-        for mod in mods:  # all or none: a deep copy of a packed model must not run half packed
-            mod.__dict__.pop("forward", None)
-            mod.__dict__.pop("_evalsuite_pack", None)
+        unpack_linears(model)  # all or none: a deep copy of a packed model must not run half packed
         return 0
     for mod in mods:
         mod._evalsuite_pack = _Pack()
         mod.forward = types.MethodType(_packed_forward, mod)
     return len(mods)
+
+
+def unpack_linears(model: torch.nn.Module) -> None:
+    """Run every packed Linear layer of ``model`` as a plain one again (its packed copy freed)."""
+    for mod in model.modules():
+        if is_packed(mod):
+            del mod.forward, mod._evalsuite_pack
 
 
 def is_packed(module: torch.nn.Module) -> bool:
