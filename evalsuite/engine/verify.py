@@ -5,17 +5,18 @@ prompt + the baseline's answer ids (``run.forced``: the K/V mix decoding gives e
 choice at every position given the baseline's prefix. Where it equals the baseline's token at every position (and,
 for an answer that ended on EOS, picks a stop token after it), the variant's greedy answer *is* the baseline's:
 it is stored as ``decode = "verified"``, with no decoding. At the first position ``t`` where it does not, the
-variant's cache is rebuilt for the prompt + the baseline's first ``t - 1`` tokens (their full-precision K/V from
-the pass, written into a fresh cache, which quantizes exactly the blocks decoding had quantized), token ``t - 1``
-is fed as a decode step and the row decodes step by step from position ``t`` on (``diverged@t``). This is
-speculative decoding with the baseline as the draft model.
+variant's cache is rebuilt for the prompt + the baseline's first ``t`` tokens (their full-precision K/V from the
+pass, written into a fresh cache, which quantizes exactly the blocks decoding had quantized), the logits that decided
+position ``t`` pick its token, and the row decodes step by step from there (``diverged@t``). This is speculative
+decoding with the baseline as the draft model.
 
 Exactness: with batch-invariant kernels (``models.invariance``: evalsuite's attention and padded Linear calls on
 the CPU, checked by a probe) the pass computes bit for bit what a step-by-step decode computes, so its choices are
 the decode's and no margin is needed (the choice is the decoder's own argmax, exact ties included). Elsewhere (quanto's
-kernels, CUDA, other attention implementations) the two differ in float rounding, and a position whose top-2 logit
-margin is below ``NEAR_TIE`` (in the variant's compute dtype) counts as a mismatch, so rounding cannot silently
-flip a choice: such a row decodes from there, step by step, as regeneration would.
+kernels, CUDA, other attention implementations, bf16 on CPUs with AMX) the two differ in float rounding, and a
+position whose top-2 logit margin is below ``NEAR_TIE`` (in the variant's compute dtype) is not decided by the pass:
+a decode step decides it (``engine.ties``), so rounding between a batched pass and a one-token step cannot silently
+flip a choice. If the step picks the baseline's token the row stays verified, else it diverges there.
 The same pass gives the KLD (``kld_rows``): one forward, not two.
 """
 from __future__ import annotations
@@ -25,9 +26,10 @@ from typing import Any, Sequence
 
 import torch
 
-from evalsuite.engine.decoder import Decoded, Prefix, decode_from, fill_cache
+from evalsuite.engine.decoder import Decoded, Prefix, decode_from
 from evalsuite.engine.forced import Forced, PromptKV, forced_pass
 from evalsuite.engine.growcache import dynamic_layers, grow_cache
+from evalsuite.engine.ties import agrees, rebuild, scan, step_logits
 from evalsuite.core.records import Reference
 from evalsuite.models.invariance import invariant
 from evalsuite.tasks.base import GenSettings
@@ -43,6 +45,7 @@ class Check:
     diverged: int | None
     near_ties: int  # positions checked whose margin was below the threshold (up to and including ``diverged``)
     checked: int  # positions compared
+    stepped: int = 0  # near-ties decided by a decode step (``engine.ties``; position 0 is the prefill's own)
 
 
 def near_tie(dtype: torch.dtype, exact: bool = False) -> float:
@@ -53,20 +56,22 @@ def near_tie(dtype: torch.dtype, exact: bool = False) -> float:
 
 def first_divergence(logits: torch.Tensor, ref: Reference, stop_ids: set[int], margin: float | None = None
                      ) -> Check:
-    """Compare the pass's choices with ``ref``: position k < len(ids) must pick ids[k] by more than ``margin``
-    (default ``near_tie`` of the logits' dtype) over the runner-up; after an EOS-ended answer, position len(ids)
-    must pick a stop token."""
-    n = len(ref.ids)
-    checks = n + 1 if ref.stop == "eos" else n
-    top = logits[:checks].topk(2, dim=-1).values
-    gap = (top[:, 0] - top[:, 1]).float()
-    tie = gap < (near_tie(logits.dtype) if margin is None else margin)
-    choice = logits[:checks].argmax(-1).tolist()  # as decoding picks (argmax breaks an exact tie the same way)
-    for k in range(checks):
-        ok = choice[k] in stop_ids if k == n else choice[k] == ref.ids[k]
-        if not ok or bool(tie[k]):
-            return Check(k, int(tie[: k + 1].sum()), k + 1)
-    return Check(None, int(tie.sum()), checks)
+    """What the pass alone says: the first position that picks another token than ``ref`` or is a near-tie
+    (margin below ``margin``, default ``near_tie`` of the logits' dtype), None if none (``ties.scan``)."""
+    clear, ties, checked = scan(logits, ref, stop_ids, near_tie(logits.dtype) if margin is None else margin)
+    return Check(ties[0], 1, ties[0] + 1) if ties else Check(clear, 0, checked)
+
+
+def decide(found: tuple[int | None, list[int], int], logits: torch.Tensor, steps: dict[tuple[int, int], torch.Tensor],
+           row: int, ref: Reference, stop_ids: set[int]) -> Check:
+    """A row's check from its ``ties.scan`` and the decode steps taken at its near-ties (``steps[(row, t)]``;
+    position 0: the prefill's logits): the first near-tie whose decoder's choice is not the baseline's token, or
+    else the pass's first clear mismatch (None: verified)."""
+    clear, ties, checked = found
+    for i, t in enumerate(ties):
+        if not agrees(steps[(row, t)] if t else logits[0], ref, t, stop_ids):
+            return Check(t, i + 1, t + 1, sum(x > 0 for x in ties[: i + 1]))
+    return Check(clear, len(ties), checked, sum(t > 0 for t in ties))
 
 
 def kld_rows(logits: torch.Tensor, base_lp: torch.Tensor) -> tuple[list[float], int, int]:
@@ -86,25 +91,12 @@ def decode_tails(forced: Forced, tokenizer: Any, refs: Sequence[Reference], star
                  ) -> dict[int, Decoded]:
     """Decode every row ``r`` of ``starts`` from its divergence ``t = starts[r]``, all rows in one batch: the
     baseline's first ``t`` tokens kept, the cache rebuilt for the prompt + those ``t`` tokens (their K/V from the
-    pass, which computed them as decoding does), and the pass's own logits at position ``t`` (``first[r]``;
-    ``t = 0``: the prompt's logits, as decoding starts) picking the first token of the tail."""
+    pass, which computed them as decoding does), and ``first[r]`` picking the first token of the tail: the logits
+    that decided position ``t`` (the pass's at a clear mismatch, a decode step's at a near-tie; ``t = 0``: the
+    prompt's, as decoding starts)."""
     group = sorted(starts)
     model = forced.model
-    lens = [forced.prompt_len[r] + starts[r] for r in group]
-    kv = [forced.row_kv(r, n) for r, n in zip(group, lens)]
-    width, dev = max(lens), forced.mask.device
-    mask = torch.zeros(len(group), width, dtype=forced.mask.dtype, device=dev)
-    layers = []
-    for i in range(len(kv[0])):
-        k0 = kv[0][i][0]
-        k = k0.new_zeros(len(group), k0.shape[0], width, k0.shape[2])
-        v = torch.zeros_like(k)
-        for b, rows in enumerate(kv):
-            n = rows[i][0].shape[1]
-            k[b, :, width - n:], v[b, :, width - n:] = rows[i]
-            mask[b, width - n:] = 1
-        layers.append((k, v))
-    cache = fill_cache(layers, make_cache(), model.config, mask=mask)
+    cache, mask = rebuild(forced, group, [forced.prompt_len[r] + starts[r] for r in group], make_cache())
     if dynamic_layers(cache):
         cache = grow_cache(cache)  # an unquantized cache: decode steps append in place
     logits = torch.stack([first[r] for r in group]).to(forced.last.dtype)
@@ -151,14 +143,18 @@ def verify_batch(var: Side, tokenizer: Any, rows: Sequence[Sequence[int]], refs:
     ``var.prefix``): one pass for choices and KLD, then step-by-step tails for the rows that diverged."""
     f = forced_pass(var.model, rows, var.prefix, var.make_cache(True), tokenizer.pad_token_id,
                     [r.ids[: r.fed] for r in refs], var.snapshot)
-    checks, klds, first = [], [], {}
     margin = near_tie(f.last.dtype, invariant(var.model))
+    logits = [f.logits(r) for r in range(len(refs))]
+    scans = [scan(lg, ref, stop_ids, margin) for lg, ref in zip(logits, refs)]
+    pairs = [(r, t) for r, (_, ties, _) in enumerate(scans) for t in ties if t > 0]
+    steps = step_logits(f, pairs, refs, lambda: var.make_cache(False)) if pairs else {}
+    checks, klds, first = [], [], {}
     for r, ref in enumerate(refs):
-        logits = f.logits(r)
-        checks.append(first_divergence(logits, ref, stop_ids, margin))
-        klds.append(kld_rows(logits, base_lp[r]))
+        checks.append(decide(scans[r], logits[r], steps, r, ref, stop_ids))
+        klds.append(kld_rows(logits[r], base_lp[r]))
         if checks[-1].diverged is not None:
-            first[r] = logits[checks[-1].diverged]
+            t = checks[-1].diverged
+            first[r] = steps.get((r, t), logits[r][t])
     starts = {r: c.diverged for r, c in enumerate(checks) if c.diverged is not None}
     tails = (decode_tails(f, tokenizer, refs, starts, first, lambda: var.make_cache(False), gen, stop_ids)
              if starts else {})

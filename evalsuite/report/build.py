@@ -68,6 +68,7 @@ def verification(store: Store, variants: list[str], state: RunState) -> dict[str
         audit = (state.verify_audit or {}).get(v, {}).values()
         row = {**paths, "positions": sum(t.get("positions", 0) for t in tally),
                "near_ties": sum(t.get("near_ties", 0) for t in tally),
+               "stepped": sum(t.get("stepped", 0) for t in tally),
                "audited": sum(a.get("n", 0) for a in audit), "audit_same": sum(a.get("same", 0) for a in audit)}
         if paths.get("verified") or paths.get("diverged") or paths.get("regenerated"):
             out[v] = row

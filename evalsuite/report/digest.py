@@ -227,7 +227,8 @@ def verification_lines(r: dict[str, Any]) -> list[str]:
         line = (f"{v}: {c.get('verified', 0)}/{n} verified ({c.get('verified', 0) / n:.0%}), "
                 f"{c.get('diverged', 0)} decoded after a divergence, {c.get('regenerated', 0)} regenerated")
         if c.get("positions"):
-            line += f"; near-ties {c.get('near_ties', 0)} of {c['positions']} positions checked"
+            line += (f"; near-ties {c.get('near_ties', 0)} of {c['positions']} positions checked, "
+                     f"{c.get('stepped', 0)} decided by a decode step")
         if c.get("audited"):
             line += f"; audit: {c.get('audit_same', 0)}/{c['audited']} regenerated answers identical"
         out.append(line)

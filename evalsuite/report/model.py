@@ -70,8 +70,8 @@ class ReportModel:
     noise_floor: list[PairedStats] | None = None
     policy: dict[str, Any] | None = None
     kld_method: dict[str, Any] | None = None  # {"run": description, "rows": {variant: {method code: rows}}}
-    #: {variant: {"verified"|"diverged"|"regenerated"|"generated": samples, "positions", "near_ties", "audited",
-    #: "audit_same"}}: how each variant's answers were obtained (``report.build.verification``)
+    #: {variant: {"verified"|"diverged"|"regenerated"|"generated": samples, "positions", "near_ties", "stepped",
+    #: "audited", "audit_same"}}: how each variant's answers were obtained (``report.build.verification``)
     verification: dict[str, dict[str, int]] | None = None
     #: {"variant/task": seconds one pair took in this run (generation, KLD, verification)}: ``meta.seconds_per_pair``
     seconds_per_pair: dict[str, float] | None = None

@@ -1,7 +1,8 @@
 """What the run keeps about verification: per (variant, task) tallies, and the audit that regenerates a sample.
 
 ``meta.verify[variant][task]``: samples verified / diverged, answer positions checked and near-ties among them
-(the share the near-tie threshold flags, ``run.verify.NEAR_TIE``). ``meta.verify_audit[variant][task]``: audited
+(the share the near-tie threshold flags, ``run.verify.NEAR_TIE``), and how many of those a decode step decided
+(``stepped``, ``engine.ties``). ``meta.verify_audit[variant][task]``: audited
 samples (a seeded fraction of the verified ones, regenerated in full) and how many gave the same answer.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ class VerifyTally:
 
     def __init__(self, store: Store, variant: str, task: str) -> None:
         self.store, self.variant, self.task = store, variant, task
-        self.counts = {"verified": 0, "diverged": 0, "positions": 0, "near_ties": 0}
+        self.counts = {"verified": 0, "diverged": 0, "positions": 0, "near_ties": 0, "stepped": 0}
 
     def add(self, outcomes: Iterable[Any]) -> None:
         """Count ``run.verify.Verified`` outcomes."""
@@ -26,6 +27,7 @@ class VerifyTally:
             self.counts["verified" if v.decode == "verified" else "diverged"] += 1
             self.counts["positions"] += v.check.checked
             self.counts["near_ties"] += v.check.near_ties
+            self.counts["stepped"] += v.check.stepped
 
     def save(self) -> None:
         tallies = self.store.state().verify

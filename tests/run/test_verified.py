@@ -38,6 +38,7 @@ def test_verified_runs_store_the_answers_regeneration_gives(tokenizer, tmp_path)
     assert "QuantizedCache" in meta["unverified"]["kvhf4g16r8"]["copy"]
     tally = meta["verify"]["w4g32"]["copy"]
     assert tally["verified"] + tally["diverged"] == 8 and tally["positions"] > 0
+    assert 0 <= tally["stepped"] <= tally["near_ties"]  # near-ties a decode step decided
     audit = meta["verify_audit"]["w4g32"]["copy"]
     assert audit["n"] == tally["verified"] and audit["same"] == audit["n"]  # F = 1: every verified sample
     kld = {k.sample_id: k for k in on.kld("kv4g32r8")}
