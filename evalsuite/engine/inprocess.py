@@ -28,7 +28,7 @@ from evalsuite.run.scoring import row_seed, score_sample
 from evalsuite.engine.snapshots import PROMPT_KV_BYTES, PromptSnapshots, PromptStore
 from evalsuite.engine.kvbytes import measure_kv_bytes_per_token
 from evalsuite.engine.speed import SpeedProbe
-from evalsuite.engine.verify import Side, Verified, baseline_logprobs, verify_batch
+from evalsuite.engine.verify import Checked, Side, Verified, baseline_logprobs, check_batch, finish, pooled
 from evalsuite.variants.build import BuiltVariant, build_variant
 from evalsuite.tasks.base import Sample, TaskContext
 from evalsuite.variants.spec import VariantSpec
@@ -36,7 +36,7 @@ from evalsuite.variants.spec import VariantSpec
 KLD_METHOD = "teacher-forced on the baseline's answer tokens (full vocabulary, in-process)"
 #: why ``--verify auto`` regenerates in bf16 on kernels that are not batch-invariant (measured: docs/verification.md)
 BF16_UNVERIFIED = ("a weight-only variant in bf16 compute on kernels that are not batch-invariant: regenerating "
-                   "costs less than verifying, where near-ties send most rows to a decode (--verify on verifies)")
+                   "costs less than verifying, where most rows diverge early and decode a tail (--verify on verifies)")
 #: KLD rows measured by the verification pass (the baseline's generated ids, chunked as decoding flushes)
 VERIFY_KLD = "verify-pass"
 
@@ -245,23 +245,27 @@ class InProcessBackend:
     def verify(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
                refs: Sequence[Reference], outputs: Sequence[str], batch_size: int
                ) -> Iterator[list[tuple[SampleResult, KLDResult, Verified]]]:
-        """Verified (or diverged-then-decoded) answers of ``variant`` to ``indices`` with their KLD, a batch at a
-        time, in length-sorted batches within the token budget; ``refs`` / ``outputs``: the baseline's ids and
-        texts."""
+        """Verified (or diverged-then-decoded) answers of ``variant`` to ``indices`` with their KLD, in
+        length-sorted batches within the token budget, given whole batches at a time once their tails are decoded
+        (tails pooled across consecutive batches); ``refs`` / ``outputs``: the baseline's ids and texts."""
         built, prompts, tok = self.built(variant), self.prompts(task), self.loaded.tokenizer
         keys = [tuple(x) for x in encode_prompts(tok, [prompts[i] for i in indices])]
         p = self.prefix_len(task)
         if self.weight_only(built):  # its prefills serve a "+kv" sibling next
             self.snapshots = self.prompt_kv.part("variant", owner=name)
-        # length-sorted batches of at most batch_size rows and max_batch_tokens padded (prompt + answer) tokens
-        for js in plan_batches([len(k) + len(r.ids) for k, r in zip(keys, refs)], batch_size,
-                               self.max_batch_tokens):
-            out = self._verify_batch(built, task, [keys[j] for j in js], [refs[j] for j in js], p,
-                                     [task.samples[indices[j]].id for j in js])
-            yield [self._verified_row(task, indices[j], name, outputs[j], v) for j, v in zip(js, out)]
+        # length-sorted batches of at most batch_size rows and max_batch_tokens padded (prompt + answer) tokens;
+        # their diverged rows' tails decode together across batches (``verify.pooled``)
+        plan = plan_batches([len(k) + len(r.ids) for k, r in zip(keys, refs)], batch_size, self.max_batch_tokens)
+        checked = ((js, self._check_batch(built, task, [keys[j] for j in js], [refs[j] for j in js], p,
+                                          [task.samples[indices[j]].id for j in js])) for js in plan)
+        tails = lambda batches: finish(batches, built.model, tok, lambda: built.make_cache(False),  # noqa: E731
+                                       task.gen, stop_ids(tok))
+        for group in pooled(checked, tails, batch_size, self.max_batch_tokens):
+            yield [self._verified_row(task, indices[j], name, outputs[j], v) for js, out in group
+                   for j, v in zip(js, out)]
 
-    def _verify_batch(self, built: BuiltVariant, task: PreparedTask, keys: list[tuple[int, ...]],
-                      refs: list[Reference], p: int, ids: list[str]) -> list[Verified]:
+    def _check_batch(self, built: BuiltVariant, task: PreparedTask, keys: list[tuple[int, ...]],
+                     refs: list[Reference], p: int, ids: list[str]) -> Checked:
         base_model, tok = self.loaded.model, self.loaded.tokenizer
         rows, head = [list(k[p:]) for k in keys], list(keys[0][:p])
         snap = self.base_prompts.take(keys, keep=True)  # the baseline's prompt K/V from its generation
@@ -279,7 +283,7 @@ class InProcessBackend:
             var = Side(built.model, built.make_cache, encode_prefix(built.model, head, built.make_cache()))
         own = self.weight_only(built) and self.snapshots.owner == built.name
         with observe_prefills(self.snapshots.observe if own and self.snapshot_bytes else None):
-            return verify_batch(var, tok, rows, refs, base_lp, task.gen, stop_ids(tok))
+            return check_batch(var, tok, rows, refs, base_lp, stop_ids(tok))
 
     def _verified_row(self, task: PreparedTask, index: int, name: str, base_output: str, v: Verified
                       ) -> tuple[SampleResult, KLDResult, Verified]:

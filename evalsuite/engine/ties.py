@@ -53,23 +53,27 @@ def agrees(logits: torch.Tensor, ref: Reference, k: int, stop_ids: set[int]) -> 
     return choice in stop_ids if k == len(ref.ids) else choice == ref.ids[k]
 
 
-def rebuild(forced: Any, rows: Sequence[int], lens: Sequence[int], cache: Any) -> tuple[Any, torch.Tensor]:
-    """``cache`` filled with the first ``lens[i]`` real tokens of pass row ``rows[i]`` (their full-precision K/V
-    from the pass), rows left-padded to the longest; returns (cache, 2-D mask)."""
-    kv = [forced.row_kv(r, n) for r, n in zip(rows, lens)]
-    width, dev = max(lens), forced.mask.device
-    mask = torch.zeros(len(rows), width, dtype=forced.mask.dtype, device=dev)
+#: one row's full-precision K/V: per layer (keys, values), each [heads, tokens, dim]
+RowKV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
+
+
+def fill_rows(kvs: Sequence[RowKV], cache: Any, config: Any) -> tuple[Any, torch.Tensor]:
+    """``cache`` filled with each row's K/V (rows left-padded to the longest, written as an exact prefill writes
+    them, so a quantized cache quantizes exactly the blocks decoding had quantized); returns (cache, 2-D mask)."""
+    lens = [one[0][0].shape[1] for one in kvs]
+    width, dev = max(lens), kvs[0][0][0].device
+    mask = torch.zeros(len(kvs), width, dtype=torch.long, device=dev)
     layers = []
-    for i in range(len(kv[0])):
-        k0 = kv[0][i][0]
-        k = k0.new_zeros(len(rows), k0.shape[0], width, k0.shape[2])
+    for i in range(len(kvs[0])):
+        k0 = kvs[0][i][0]
+        k = k0.new_zeros(len(kvs), k0.shape[0], width, k0.shape[2])
         v = torch.zeros_like(k)
-        for b, one in enumerate(kv):
-            n = one[i][0].shape[1]
+        for b, one in enumerate(kvs):
+            n = lens[b]
             k[b, :, width - n:], v[b, :, width - n:] = one[i]
             mask[b, width - n:] = 1
         layers.append((k, v))
-    return fill_cache(layers, cache, forced.model.config, mask=mask), mask
+    return fill_cache(layers, cache, config, mask=mask), mask
 
 
 @torch.no_grad()
@@ -81,7 +85,8 @@ def step_logits(forced: Any, pairs: Sequence[tuple[int, int]], refs: Sequence[Re
     out: dict[tuple[int, int], torch.Tensor] = {}
     for group in plan_batches([n + 1 for n in lens], len(pairs), max_tokens):
         rows = [pairs[j][0] for j in group]
-        cache, mask = rebuild(forced, rows, [lens[j] for j in group], make_cache())
+        kvs = [forced.row_kv(r, lens[j]) for r, j in zip(rows, group)]
+        cache, mask = fill_rows(kvs, make_cache(), forced.model.config)
         tok = torch.tensor([[refs[r].ids[t - 1]] for r, t in (pairs[j] for j in group)], device=mask.device)
         pos = mask.sum(-1, keepdim=True)
         mask = torch.cat([mask, mask.new_ones(len(group), 1)], dim=-1)

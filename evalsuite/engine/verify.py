@@ -22,14 +22,14 @@ The same pass gives the KLD (``kld_rows``): one forward, not two.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
 from evalsuite.engine.decoder import Decoded, Prefix, decode_from
-from evalsuite.engine.forced import Forced, PromptKV, forced_pass
+from evalsuite.engine.forced import PromptKV, forced_pass
 from evalsuite.engine.growcache import dynamic_layers, grow_cache
-from evalsuite.engine.ties import agrees, rebuild, scan, step_logits
+from evalsuite.engine.ties import RowKV, agrees, fill_rows, scan, step_logits
 from evalsuite.core.records import Reference
 from evalsuite.models.invariance import invariant
 from evalsuite.tasks.base import GenSettings
@@ -85,26 +85,6 @@ def kld_rows(logits: torch.Tensor, base_lp: torch.Tensor) -> tuple[list[float], 
     return kl.tolist(), agree, n
 
 
-@torch.no_grad()
-def decode_tails(forced: Forced, tokenizer: Any, refs: Sequence[Reference], starts: dict[int, int],
-                 first: dict[int, torch.Tensor], make_cache: Any, gen: GenSettings, stop_ids: set[int]
-                 ) -> dict[int, Decoded]:
-    """Decode every row ``r`` of ``starts`` from its divergence ``t = starts[r]``, all rows in one batch: the
-    baseline's first ``t`` tokens kept, the cache rebuilt for the prompt + those ``t`` tokens (their K/V from the
-    pass, which computed them as decoding does), and ``first[r]`` picking the first token of the tail: the logits
-    that decided position ``t`` (the pass's at a clear mismatch, a decode step's at a near-tie; ``t = 0``: the
-    prompt's, as decoding starts)."""
-    group = sorted(starts)
-    model = forced.model
-    cache, mask = rebuild(forced, group, [forced.prompt_len[r] + starts[r] for r in group], make_cache())
-    if dynamic_layers(cache):
-        cache = grow_cache(cache)  # an unquantized cache: decode steps append in place
-    logits = torch.stack([first[r] for r in group]).to(forced.last.dtype)
-    rows = [Decoded(ids=list(refs[r].ids[: starts[r]])) for r in group]
-    done = decode_from(model, tokenizer, cache, logits, mask, gen, stop_ids, None, rows, [])
-    return dict(zip(group, done))
-
-
 @dataclass
 class Verified:
     """One row's outcome: its answer ids and stop reason, how they were obtained, its KLD and its check."""
@@ -136,11 +116,22 @@ def baseline_logprobs(base: Side, rows: Sequence[Sequence[int]], refs: Sequence[
             for r, ref in enumerate(refs)]
 
 
+@dataclass
+class Checked:
+    """One batch after its pass: each row's check and KLD, and where each diverged row's tail starts (the K/V of its
+    prompt + the baseline's first ``t`` tokens, from the pass, and the logits that decided position ``t``)."""
+
+    refs: list[Reference]
+    checks: list[Check]
+    klds: list[tuple[list[float], int, int]]
+    tails: dict[int, tuple[RowKV, torch.Tensor]]
+
+
 @torch.no_grad()
-def verify_batch(var: Side, tokenizer: Any, rows: Sequence[Sequence[int]], refs: Sequence[Reference],
-                 base_lp: Sequence[torch.Tensor], gen: GenSettings, stop_ids: set[int]) -> list[Verified]:
-    """Verify one batch of a greedy variant against the baseline's answers ``refs`` (prompts ``rows`` without
-    ``var.prefix``): one pass for choices and KLD, then step-by-step tails for the rows that diverged."""
+def check_batch(var: Side, tokenizer: Any, rows: Sequence[Sequence[int]], refs: Sequence[Reference],
+                base_lp: Sequence[torch.Tensor], stop_ids: set[int]) -> Checked:
+    """The pass of one batch of a greedy variant over the baseline's answers ``refs`` (prompts ``rows`` without
+    ``var.prefix``): choices and KLD in one forward, near-ties decided by decode steps (``engine.ties``)."""
     f = forced_pass(var.model, rows, var.prefix, var.make_cache(True), tokenizer.pad_token_id,
                     [r.ids[: r.fed] for r in refs], var.snapshot)
     margin = near_tie(f.last.dtype, invariant(var.model))
@@ -148,20 +139,58 @@ def verify_batch(var: Side, tokenizer: Any, rows: Sequence[Sequence[int]], refs:
     scans = [scan(lg, ref, stop_ids, margin) for lg, ref in zip(logits, refs)]
     pairs = [(r, t) for r, (_, ties, _) in enumerate(scans) for t in ties if t > 0]
     steps = step_logits(f, pairs, refs, lambda: var.make_cache(False)) if pairs else {}
-    checks, klds, first = [], [], {}
-    for r, ref in enumerate(refs):
-        checks.append(decide(scans[r], logits[r], steps, r, ref, stop_ids))
-        klds.append(kld_rows(logits[r], base_lp[r]))
-        if checks[-1].diverged is not None:
-            t = checks[-1].diverged
-            first[r] = steps.get((r, t), logits[r][t])
-    starts = {r: c.diverged for r, c in enumerate(checks) if c.diverged is not None}
-    tails = (decode_tails(f, tokenizer, refs, starts, first, lambda: var.make_cache(False), gen, stop_ids)
-             if starts else {})
+    checks = [decide(scans[r], logits[r], steps, r, ref, stop_ids) for r, ref in enumerate(refs)]
+    tails = {r: (f.row_kv(r, f.prompt_len[r] + c.diverged), steps.get((r, c.diverged), logits[r][c.diverged]))
+             for r, c in enumerate(checks) if c.diverged is not None}
+    return Checked(list(refs), checks, [kld_rows(lg, lp) for lg, lp in zip(logits, base_lp)], tails)
+
+
+@torch.no_grad()
+def finish(batches: Sequence[Checked], model: Any, tokenizer: Any, make_cache: Any, gen: GenSettings,
+           stop_ids: set[int]) -> list[list[Verified]]:
+    """Every batch's rows as ``Verified``: the diverged rows of all ``batches`` decode their tails together, in
+    one batch (``decode_from``; rows leave it as they finish), so several batches' tails cost one decode as long
+    as the longest of them. A tail keeps the baseline's first ``t`` tokens, its cache is rebuilt from their K/V
+    (``ties.fill_rows``) and the logits that decided position ``t`` pick its first token."""
+    items = [(b, r) for b, c in enumerate(batches) for r in sorted(c.tails)]
+    done: dict[tuple[int, int], Decoded] = {}
+    if items:
+        cache, mask = fill_rows([batches[b].tails[r][0] for b, r in items], make_cache(), model.config)
+        if dynamic_layers(cache):
+            cache = grow_cache(cache)  # an unquantized cache: decode steps append in place
+        logits = torch.stack([batches[b].tails[r][1] for b, r in items])
+        rows = [Decoded(ids=list(batches[b].refs[r].ids[: batches[b].checks[r].diverged])) for b, r in items]
+        done = dict(zip(items, decode_from(model, tokenizer, cache, logits, mask, gen, stop_ids, None, rows, [])))
     out = []
-    for r, ref in enumerate(refs):
-        if r in tails:
-            out.append(Verified(tails[r].ids, tails[r].stop, f"diverged@{starts[r]}", klds[r], checks[r]))
-        else:
-            out.append(Verified(list(ref.ids), ref.stop, "verified", klds[r], checks[r]))
+    for b, c in enumerate(batches):
+        got = []
+        for r, ref in enumerate(c.refs):
+            d = done.get((b, r))
+            got.append(Verified(d.ids, d.stop, f"diverged@{c.checks[r].diverged}", c.klds[r], c.checks[r])
+                       if d is not None
+                       else Verified(list(ref.ids), ref.stop, "verified", c.klds[r], c.checks[r]))
+        out.append(got)
     return out
+
+
+def pooled(checked: Iterable[tuple[Any, Checked]], finish_all: Callable[[list[Checked]], list[list[Verified]]],
+           max_rows: int, max_tokens: int) -> Iterator[list[tuple[Any, list[Verified]]]]:
+    """(key, rows) of consecutive checked batches once their tails are decoded: tails wait for the next batches'
+    until they fill ``max_rows`` rows or ``max_tokens`` padded tokens, then decode together (``finish_all``). A
+    batch's rows are never given before its tails are decoded, so a run cut short stores whole batches only."""
+    pending: list[tuple[Any, Checked]] = []
+    for key, c in checked:
+        pending.append((key, c))
+        lens = [kv[0][0].shape[1] for _, p in pending for kv, _ in p.tails.values()]
+        if not lens or len(lens) >= max_rows or len(lens) * max(lens) >= max_tokens:
+            yield list(zip([k for k, _ in pending], finish_all([p for _, p in pending])))
+            pending = []
+    if pending:
+        yield list(zip([k for k, _ in pending], finish_all([p for _, p in pending])))
+
+
+def verify_batch(var: Side, tokenizer: Any, rows: Sequence[Sequence[int]], refs: Sequence[Reference],
+                 base_lp: Sequence[torch.Tensor], gen: GenSettings, stop_ids: set[int]) -> list[Verified]:
+    """Verify one batch: its pass (``check_batch``), then step-by-step tails for the rows that diverged."""
+    checked = check_batch(var, tokenizer, rows, refs, base_lp, stop_ids)
+    return finish([checked], var.model, tokenizer, lambda: var.make_cache(False), gen, stop_ids)[0]

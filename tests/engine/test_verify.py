@@ -160,6 +160,56 @@ def test_tails_diverging_at_different_positions_decode_as_the_variant_does(fp32,
     assert {v.decode for v in got} >= {"diverged@0", "diverged@3"}  # one batch holds tails from 0 and later
 
 
+@pytest.mark.parametrize("kind", ["w8", "int4", "int8-r32", "w8+int4"])
+def test_tails_of_several_batches_decode_together_as_each_batch_alone(fp32, w8, kind):
+    """Two batches checked apart, their tails decoded in one batch (``finish``): the same answers, stop reasons and
+    paths as each batch verified alone, and as the variant's own decode."""
+    from evalsuite.engine.verify import baseline_logprobs, check_batch, finish
+
+    gen = GenSettings(max_new_tokens=30)
+    batches = [ROWS, [[30, 31], [40, 41, 42, 43], [50, 51, 52, 53, 54, 55, 56, 57, 58]]]
+    model = w8 if kind.startswith("w8") else fp32
+    cfg = KV.get(kind.split("+")[-1])
+    var = Side(model, lambda keep: make_cache(cfg, model.config, keep_exact=keep) if cfg else None, None)
+    base_side = Side(fp32, lambda keep: None, None)
+    checked, alone, own = [], [], []
+    for rows in batches:
+        refs = [Reference(tuple(d.ids), d.stop) for d in decode(fp32, Tok(), rows, gen, None, None, {1})]
+        ids = list(refs[0].ids)
+        ids[2] = 2 + (ids[2] + 1) % 290  # the first row of each batch departs from its reference at 2: a tail
+        refs[0] = Reference(tuple(ids), refs[0].stop)
+        lp = baseline_logprobs(base_side, rows, refs, 0)
+        checked.append(check_batch(var, Tok(), rows, refs, lp, {1}))
+        alone.append(verify_batch(var, Tok(), rows, refs, lp, gen, {1}))
+        own.append(decode(model, Tok(), rows, gen, None, make_cache(cfg, model.config) if cfg else None, {1}))
+    together = finish(checked, model, Tok(), lambda: var.make_cache(False), gen, {1})
+    assert all(c.tails for c in checked)  # tails from both batches share one decode
+    for got, ref, mine in zip(together, alone, own):
+        assert [(v.ids, v.stop, v.decode) for v in got] == [(v.ids, v.stop, v.decode) for v in ref]
+        assert [v.ids for v in got] == [d.ids for d in mine]
+
+
+def test_pooled_gives_whole_batches_once_their_tails_fill_the_pool():
+    """Batches wait while their tails are few; a batch is given only with its tails decoded, never before."""
+    from evalsuite.engine.verify import Checked, Verified, pooled
+
+    kv = lambda n: ((torch.zeros(1, n, 2), torch.zeros(1, n, 2)),)  # noqa: E731  one layer, n tokens
+    def batch(tails):
+        return Checked([Reference((5,), "eos")] * 3, [None] * 3, [None] * 3, {r: (kv(n), None) for r, n in tails})
+    calls = []
+    def finish_all(batches):
+        calls.append([sum(len(b.tails) for b in batches)])
+        return [[Verified([], "eos", "verified", None, None)] * 3 for _ in batches]
+    seq = [("a", batch([(0, 10)])), ("b", batch([])), ("c", batch([(1, 10), (2, 10)])), ("d", batch([])),
+           ("e", batch([(0, 100)])), ("f", batch([(0, 10)]))]
+    got = [[k for k, _ in group] for group in pooled(iter(seq), finish_all, max_rows=3, max_tokens=150)]
+    # a: 1 tail, b: none new, c: 3 tails (max_rows) -> decode a-c; d: no tails pending -> at once;
+    # e: 1 tail x 100 tokens; f: 2 tails x 100 padded >= 150 -> decode e-f
+    assert got == [["a", "b", "c"], ["d"], ["e", "f"]]
+    assert calls == [[3], [0], [2]]
+    assert [[k for k, _ in g] for g in pooled(iter(seq[:1]), finish_all, 8, 10**6)] == [["a"]]  # the rest at the end
+
+
 @pytest.mark.parametrize("kind", ["w8", "int4", "int2-token-keys", "int4-quantized-prefill", "w8+int4"])
 def test_tail_logits_equal_step_by_step_decoding(fp32, w8, kind, monkeypatch):
     """The tails' logits, step by step, against each row decoded alone: the cache rebuilt from the pass holds
