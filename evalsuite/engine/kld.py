@@ -13,9 +13,10 @@ as the decoder's exact transfer does, before its own answer chunk. Snapshots liv
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
+import torch.nn.functional as F
 
 from evalsuite.engine.answer import PromptKV, prefill_answer_logprobs, snapshot_answer_logprobs
 from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills
@@ -68,22 +69,27 @@ def encode_answers(tokenizer: Any, answers: Sequence[str]) -> Any:
 
 def _baseline_pass(base_model: Any, tokenizer: Any, prompts: Sequence[tuple[str, bool]], ans: Any,
                    cache: BaselineLogprobCache, cache_key: Any, prefix_len: int,
-                   snapshot: PromptKV | None = None, observe: Callable[..., None] | None = None
-                   ) -> tuple[torch.Tensor, tuple]:
+                   snapshot: PromptKV | None = None, observe: Callable[..., None] | None = None,
+                   per_row: bool = False) -> tuple[Any, tuple]:
     """The baseline's answer log-probs (cached under ``cache_key``) and the (rows, head, args) a variant reuses.
     ``snapshot``: the baseline's prompt K/V kept from its generation (``engine.snapshots``), used instead of a prompt
     prefill (then kept for KV-only variants as a prefill's would be). ``observe``: handed the prompt K/V of the
-    baseline's own prefill when there is no snapshot (a warm run), so the next variant's pass starts from them."""
+    baseline's own prefill when there is no snapshot (a warm run), so the next variant's pass starts from them.
+    ``per_row``: a list of bf16 log-probs [n, vocab] per row (its real answer positions; cached under
+    ``("rows", key)``) instead of one padded float [batch, answer, vocab] tensor."""
     ids = encode_prompts(tokenizer, prompts)
     rows = [x[prefix_len:] for x in ids]
     args = (tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
     head = ids[0][:prefix_len]
 
-    def compute() -> torch.Tensor:
+    def compute() -> Any:
         if snapshot is None:
             with observe_prefills(observe):  # the baseline's prefill only: the variant's own prefill is not observed
-                return prefill_answer_logprobs(base_model, rows, encode_prefix(base_model, head), None, *args)
-        return snapshot_answer_logprobs(base_model, snapshot, None, *args[1:])
+                return prefill_answer_logprobs(base_model, rows, encode_prefix(base_model, head), None, *args,
+                                               per_row=per_row)
+        return snapshot_answer_logprobs(base_model, snapshot, None, *args[1:], per_row=per_row)
+    if per_row:
+        return cache.get_rows(("rows", cache_key), lambda: packed_logprobs(compute())), (rows, head, args)
     return cache.get(cache_key, compute), (rows, head, args)
 
 
@@ -118,23 +124,68 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
     ans = encode_answers(tokenizer, answers)
     cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0)
     base_lp, (rows, head, args) = _baseline_pass(base_model, tokenizer, prompts, ans, cache, cache_key,
-                                                 prefix_len, base_snapshot, observe_base)
+                                                 prefix_len, base_snapshot, observe_base, per_row=True)
     var_cache = make_cache() if make_cache else None
     if var_snapshot is not None and exact_prefill(var_cache):
-        var_lp = snapshot_answer_logprobs(var_model, var_snapshot, var_cache, *args[1:])
+        var_lp = snapshot_answer_logprobs(var_model, var_snapshot, var_cache, *args[1:], per_row=True)
     elif var_model is base_model and exact_prefill(var_cache) and base_snapshot is not None:
-        var_lp = snapshot_answer_logprobs(var_model, base_snapshot, var_cache, *args[1:])
+        var_lp = snapshot_answer_logprobs(var_model, base_snapshot, var_cache, *args[1:], per_row=True)
     else:
         prefix = encode_prefix(var_model, head, var_cache)
-        var_lp = prefill_answer_logprobs(var_model, rows, prefix, var_cache, *args)
-    var_lp = var_lp.to(torch.bfloat16).float()  # rounded like the cached baseline, so identical inputs give 0
-    kl = (base_lp.exp() * (base_lp - var_lp)).sum(-1).clamp(min=0.0)  # [batch, answer_len]
-    agree = base_lp.argmax(-1) == var_lp.argmax(-1)
-    out = []
-    for row in range(kl.shape[0]):
-        n = int(ans["attention_mask"][row].sum())
-        out.append((kl[row, :n].tolist(), int(agree[row, :n].sum()), n))
-    return out
+        var_lp = prefill_answer_logprobs(var_model, rows, prefix, var_cache, *args, per_row=True)
+    return packed_kld(base_lp, var_lp)
+
+
+POSITIONS = 512  #: answer positions per call of the vocabulary-sized work (a float [512, 49152] is 100 MB)
+
+
+Row = torch.Tensor | tuple[torch.Tensor, ...]  #: one row's positions [n, vocab], or its pieces in order
+
+
+def row_len(row: Row) -> int:
+    return row.shape[0] if isinstance(row, torch.Tensor) else sum(p.shape[0] for p in row)
+
+
+def position_chunks(rows: Sequence[Row]) -> Iterator[torch.Tensor]:
+    """The rows' positions stacked in order, in chunks of at least ``POSITIONS`` positions (the last may be
+    shorter), each one copy of its pieces. No chunk holds a single position unless there is only one: a
+    one-position reduction over the vocabulary splits across threads and rounds differently from the padded
+    batch's, whose every reduction is one position's."""
+    pieces = [p for r in rows for p in ((r,) if isinstance(r, torch.Tensor) else r) if p.shape[0]]
+    total, cur, n = sum(p.shape[0] for p in pieces), [], 0
+    for i, p in enumerate(pieces):
+        cur.append(p)
+        n += p.shape[0]
+        total -= p.shape[0]
+        if n >= POSITIONS and total != 1 or i == len(pieces) - 1:
+            yield torch.cat(cur)
+            cur, n = [], 0
+
+
+def split_rows(values: torch.Tensor, rows: Sequence[Row]) -> list[torch.Tensor]:
+    return list(torch.split(values, [row_len(r) for r in rows]))
+
+
+def packed_logprobs(logit_rows: Sequence[Row]) -> list[torch.Tensor]:
+    """bf16 log-probs per row from its logits, computed over every row's positions at once, in chunks."""
+    out = torch.cat([F.log_softmax(c.float(), dim=-1).to(torch.bfloat16) for c in position_chunks(logit_rows)])
+    return split_rows(out, logit_rows)
+
+
+def packed_kld(base_rows: Sequence[Row], var_logit_rows: Sequence[Row]
+               ) -> list[tuple[list[float], int, int]]:
+    """Per row (KL(base || variant) per answer token, top-1 agreements, tokens) from the baseline's bf16 log-probs
+    and the variant's logits at the same positions: the variant's log-probs rounded to bf16 like the cached
+    baseline's (identical inputs give 0), the vocabulary-sized work over real answer positions only, in chunks.
+    The same values as over the padded batch: a position's log-softmax, KL and argmax read that position alone."""
+    kls, agrees = [], []
+    for b, v in zip(position_chunks(base_rows), position_chunks(var_logit_rows)):
+        var = F.log_softmax(v.float(), dim=-1).to(torch.bfloat16).float()
+        base = b.float()
+        kls.append((base.exp() * (base - var)).sum(-1).clamp(min=0.0))
+        agrees.append(base.argmax(-1) == var.argmax(-1))
+    kl, agree = split_rows(torch.cat(kls), base_rows), split_rows(torch.cat(agrees), base_rows)
+    return [(k.tolist(), int(a.sum()), int(a.shape[0])) for k, a in zip(kl, agree)]
 
 
 ANSWER_BAND = 32  #: answer tokens per sorting band of a KLD pass's batches

@@ -162,3 +162,47 @@ def test_a_baseline_prefill_hands_its_prompt_kv_to_the_store_not_the_variants(fp
     teacher_forced_kld(fp32, other, tokenizer, PROMPTS, ANSWERS, None, cached, "k", prefix_len=12,
                        observe_base=none_seen.observe)
     assert none_seen.take(ids, keep=True) is None
+
+
+def padded_kld(base_model, var_model, tokenizer, prompts, answers):
+    """The KLD as computed before answer positions were packed: float [batch, answer, vocab] tensors of the whole
+    padded batch, sliced per row afterwards (the reference the packed computation must reproduce bit for bit)."""
+    from evalsuite.engine.generate import encode_prompts
+    from evalsuite.engine.kld import encode_answers
+
+    ids, ans = encode_prompts(tokenizer, prompts), encode_answers(tokenizer, answers)
+    args = (tokenizer.pad_token_id, ans["input_ids"], ans["attention_mask"])
+    base = prefill_answer_logprobs(base_model, ids, None, None, *args).to(torch.bfloat16).float()
+    var = prefill_answer_logprobs(var_model, ids, None, None, *args).to(torch.bfloat16).float()
+    kl = (base.exp() * (base - var)).sum(-1).clamp(min=0.0)
+    agree = base.argmax(-1) == var.argmax(-1)
+    return [(kl[r, :n].tolist(), int(agree[r, :n].sum()), n)
+            for r, n in enumerate(int(m.sum()) for m in ans["attention_mask"])]
+
+
+@pytest.mark.parametrize("positions", [512, 3, 2])
+def test_packed_answer_positions_give_the_padded_batchs_kld_bit_for_bit(fp32, tokenizer, monkeypatch, positions):
+    """KL, argmax and log-softmax over real answer positions only, in chunks of any size (3 and 2 leave a lone last
+    position to join the chunk before it), equal the padded batch's values exactly; an empty answer is its EOS."""
+    import evalsuite.engine.kld as kld
+
+    monkeypatch.setattr(kld, "POSITIONS", positions)
+    other = make_tiny_model(len(tokenizer), seed=6, dtype=torch.float32)
+    answers = ANSWERS[:2] + [""]
+    assert teacher_forced_kld(fp32, other, tokenizer, PROMPTS, answers) == padded_kld(fp32, other, tokenizer,
+                                                                                        PROMPTS, answers)
+
+
+def test_position_chunks_keep_order_and_never_leave_a_lone_position(monkeypatch):
+    import evalsuite.engine.kld as kld
+
+    monkeypatch.setattr(kld, "POSITIONS", 4)
+    rows = [torch.arange(3.0)[:, None], (torch.arange(3.0, 4.0)[:, None], torch.arange(4.0, 9.0)[:, None])]
+    chunks = list(kld.position_chunks(rows))
+    assert torch.cat(chunks).flatten().tolist() == list(range(9))
+    assert [c.shape[0] for c in chunks] == [4, 5]  # cut once a chunk reaches 4 positions
+    rows.append(torch.arange(9.0, 10.0)[:, None])  # one more position: it joins the last chunk, never alone
+    sizes = [c.shape[0] for c in kld.position_chunks(rows)]
+    assert sizes == [4, 6]
+    assert [t.flatten().tolist() for t in kld.split_rows(torch.arange(10.0), rows)] == [
+        [0, 1, 2], [3, 4, 5, 6, 7, 8], [9]]
