@@ -70,21 +70,22 @@ def answer_logit_rows(model: Any, cache: Any, last: torch.Tensor, mask: torch.Te
 
 @torch.no_grad()
 def prefill_answer_logprobs(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, cache: Any | None,
-                            pad_id: int, answer_ids: torch.Tensor, answer_mask: torch.Tensor, per_row: bool = False
-                            ) -> Any:
+                            pad_id: int, answer_ids: torch.Tensor, answer_mask: torch.Tensor,
+                            logit_rows: bool = False) -> Any:
     """``answer_logprobs`` after the decoder's prompt prefill of ``rows`` (shared ``prefix``, exact transfer into
-    exact-prefill caches; ``cache`` None: a DynamicCache); ``per_row``: ``answer_logit_rows`` instead."""
+    exact-prefill caches; ``cache`` None: a DynamicCache); ``logit_rows``: the per-row logits of ``answer_logit_rows``
+    instead (the caller takes the log-softmax where it needs it)."""
     cache, last, mask = prefill(model, rows, prefix, cache, pad_id)
-    return (answer_logit_rows if per_row else answer_logprobs)(model, cache, last, mask, answer_ids, answer_mask)
+    return (answer_logit_rows if logit_rows else answer_logprobs)(model, cache, last, mask, answer_ids, answer_mask)
 
 
 @torch.no_grad()
 def snapshot_answer_logprobs(model: Any, kv: PromptKV, cache: Any | None, answer_ids: torch.Tensor,
-                             answer_mask: torch.Tensor, track: bool = True, per_row: bool = False) -> Any:
+                             answer_mask: torch.Tensor, track: bool = True, logit_rows: bool = False) -> Any:
     """The same log-probs for a model with the snapshot's weights, without the prompt prefill: the prompt's K/V
     (``kv``: per-layer K/V, last logits, 2-D mask) go into ``cache`` (None: a fresh DynamicCache) with one update
-    per layer. ``track`` as in ``answer_logits`` (it also covers the prompt's K/V); ``per_row`` as above."""
+    per layer. ``track`` as in ``answer_logits`` (it also covers the prompt's K/V); ``logit_rows`` as above."""
     layers, last, mask = kv
     cache = fill_cache(layers, cache, model.config, mask=mask if track else None)
-    return (answer_logit_rows if per_row else answer_logprobs)(model, cache, last, mask, answer_ids, answer_mask,
-                                                                 track=track)
+    return (answer_logit_rows if logit_rows else answer_logprobs)(model, cache, last, mask, answer_ids, answer_mask,
+                                                                    track=track)

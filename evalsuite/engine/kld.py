@@ -86,8 +86,8 @@ def _baseline_pass(base_model: Any, tokenizer: Any, prompts: Sequence[tuple[str,
         if snapshot is None:
             with observe_prefills(observe):  # the baseline's prefill only: the variant's own prefill is not observed
                 return prefill_answer_logprobs(base_model, rows, encode_prefix(base_model, head), None, *args,
-                                               per_row=per_row)
-        return snapshot_answer_logprobs(base_model, snapshot, None, *args[1:], per_row=per_row)
+                                               logit_rows=per_row)
+        return snapshot_answer_logprobs(base_model, snapshot, None, *args[1:], logit_rows=per_row)
     if per_row:
         return cache.get_rows(("rows", cache_key), lambda: packed_logprobs(compute())), (rows, head, args)
     return cache.get(cache_key, compute), (rows, head, args)
@@ -127,13 +127,13 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
                                                  prefix_len, base_snapshot, observe_base, per_row=True)
     var_cache = make_cache() if make_cache else None
     if var_snapshot is not None and exact_prefill(var_cache):
-        var_lp = snapshot_answer_logprobs(var_model, var_snapshot, var_cache, *args[1:], per_row=True)
+        var_rows = snapshot_answer_logprobs(var_model, var_snapshot, var_cache, *args[1:], logit_rows=True)
     elif var_model is base_model and exact_prefill(var_cache) and base_snapshot is not None:
-        var_lp = snapshot_answer_logprobs(var_model, base_snapshot, var_cache, *args[1:], per_row=True)
+        var_rows = snapshot_answer_logprobs(var_model, base_snapshot, var_cache, *args[1:], logit_rows=True)
     else:
         prefix = encode_prefix(var_model, head, var_cache)
-        var_lp = prefill_answer_logprobs(var_model, rows, prefix, var_cache, *args, per_row=True)
-    return packed_kld(base_lp, var_lp)
+        var_rows = prefill_answer_logprobs(var_model, rows, prefix, var_cache, *args, logit_rows=True)
+    return packed_kld(base_lp, var_rows)
 
 
 POSITIONS = 512  #: answer positions per call of the vocabulary-sized work (a float [512, 49152] is 100 MB)
@@ -143,6 +143,7 @@ Row = torch.Tensor | tuple[torch.Tensor, ...]  #: one row's positions [n, vocab]
 
 
 def row_len(row: Row) -> int:
+    """How many positions ``row`` holds."""
     return row.shape[0] if isinstance(row, torch.Tensor) else sum(p.shape[0] for p in row)
 
 
@@ -157,12 +158,13 @@ def position_chunks(rows: Sequence[Row]) -> Iterator[torch.Tensor]:
         cur.append(p)
         n += p.shape[0]
         total -= p.shape[0]
-        if n >= POSITIONS and total != 1 or i == len(pieces) - 1:
+        if (n >= POSITIONS and total != 1) or i == len(pieces) - 1:
             yield torch.cat(cur)
             cur, n = [], 0
 
 
 def split_rows(values: torch.Tensor, rows: Sequence[Row]) -> list[torch.Tensor]:
+    """``values`` over the stacked positions of ``rows`` (``position_chunks``' order), split back per row."""
     return list(torch.split(values, [row_len(r) for r in rows]))
 
 

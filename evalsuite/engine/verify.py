@@ -29,6 +29,7 @@ import torch
 from evalsuite.engine.decoder import Decoded, Prefix, decode_from
 from evalsuite.engine.forced import PromptKV, forced_pass
 from evalsuite.engine.growcache import dynamic_layers, grow_cache
+from evalsuite.engine.kld import packed_kld
 from evalsuite.engine.ties import RowKV, agrees, fill_rows, scan, step_logits
 from evalsuite.core.records import Reference
 from evalsuite.models.invariance import invariant
@@ -76,13 +77,9 @@ def decide(found: tuple[int | None, list[int], int], logits: torch.Tensor, steps
 
 def kld_rows(logits: torch.Tensor, base_lp: torch.Tensor) -> tuple[list[float], int, int]:
     """(KL(base || variant) per answer token, top-1 agreements, tokens) from the pass's logits: the positions
-    predicting each answer token (the stop position alone for an empty answer), as ``run.kld`` measures them."""
-    n = base_lp.shape[0]
-    var_lp = torch.log_softmax(logits[:n].float(), dim=-1).to(torch.bfloat16).float()
-    base = base_lp.float()
-    kl = (base.exp() * (base - var_lp)).sum(-1).clamp(min=0.0)
-    agree = int((base.argmax(-1) == var_lp.argmax(-1)).sum())
-    return kl.tolist(), agree, n
+    predicting each answer token (the stop position alone for an empty answer), as ``engine.kld`` measures them
+    (``packed_kld`` over this one row)."""
+    return packed_kld([base_lp], [logits[: base_lp.shape[0]]])[0]
 
 
 @dataclass
