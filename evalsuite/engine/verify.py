@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 
 from evalsuite.engine.decoder import Decoded, Prefix, decode_from
+from evalsuite.engine.drafted import DRAFT, decode_drafted
 from evalsuite.engine.forced import PromptKV, forced_pass
 from evalsuite.engine.growcache import dynamic_layers, grow_cache
 from evalsuite.engine.kld import packed_kld
@@ -144,11 +145,13 @@ def check_batch(var: Side, tokenizer: Any, rows: Sequence[Sequence[int]], refs: 
 
 @torch.no_grad()
 def finish(batches: Sequence[Checked], model: Any, tokenizer: Any, make_cache: Any, gen: GenSettings,
-           stop_ids: set[int]) -> list[list[Verified]]:
+           stop_ids: set[int], draft: int = DRAFT) -> list[list[Verified]]:
     """Every batch's rows as ``Verified``: the diverged rows of all ``batches`` decode their tails together, in
-    one batch (``decode_from``; rows leave it as they finish), so several batches' tails cost one decode as long
-    as the longest of them. A tail keeps the baseline's first ``t`` tokens, its cache is rebuilt from their K/V
-    (``ties.fill_rows``) and the logits that decided position ``t`` pick its first token."""
+    one batch (rows leave it as they finish), so several batches' tails cost one decode as long as the longest of
+    them. A tail keeps the baseline's first ``t`` tokens, its cache is rebuilt from their K/V (``ties.fill_rows``)
+    and the logits that decided position ``t`` pick its first token. Tails decode drafted (``engine.drafted``:
+    up to ``draft`` tokens per forward from the baseline's answer, the same answers); ``draft=0``: step by step
+    (``decoder.decode_from``)."""
     items = [(b, r) for b, c in enumerate(batches) for r in sorted(c.tails)]
     done: dict[tuple[int, int], Decoded] = {}
     if items:
@@ -157,7 +160,13 @@ def finish(batches: Sequence[Checked], model: Any, tokenizer: Any, make_cache: A
             cache = grow_cache(cache)  # an unquantized cache: decode steps append in place
         logits = torch.stack([batches[b].tails[r][1] for b, r in items])
         rows = [Decoded(ids=list(batches[b].refs[r].ids[: batches[b].checks[r].diverged])) for b, r in items]
-        done = dict(zip(items, decode_from(model, tokenizer, cache, logits, mask, gen, stop_ids, None, rows, [])))
+        if draft > 0 and gen.temperature <= 0:
+            corpora = [batches[b].refs[r].ids for b, r in items]
+            got = decode_drafted(model, tokenizer, cache, logits, mask, gen, stop_ids, rows, corpora,
+                                 near_tie(logits.dtype, invariant(model)), draft)
+        else:
+            got = decode_from(model, tokenizer, cache, logits, mask, gen, stop_ids, None, rows, [])
+        done = dict(zip(items, got))
     out = []
     for b, c in enumerate(batches):
         got = []
@@ -187,7 +196,8 @@ def pooled(checked: Iterable[tuple[Any, Checked]], finish_all: Callable[[list[Ch
 
 
 def verify_batch(var: Side, tokenizer: Any, rows: Sequence[Sequence[int]], refs: Sequence[Reference],
-                 base_lp: Sequence[torch.Tensor], gen: GenSettings, stop_ids: set[int]) -> list[Verified]:
-    """Verify one batch: its pass (``check_batch``), then step-by-step tails for the rows that diverged."""
+                 base_lp: Sequence[torch.Tensor], gen: GenSettings, stop_ids: set[int], draft: int = DRAFT
+                 ) -> list[Verified]:
+    """Verify one batch: its pass (``check_batch``), then the tails of the rows that diverged (``finish``)."""
     checked = check_batch(var, tokenizer, rows, refs, base_lp, stop_ids)
-    return finish([checked], var.model, tokenizer, lambda: var.make_cache(False), gen, stop_ids)[0]
+    return finish([checked], var.model, tokenizer, lambda: var.make_cache(False), gen, stop_ids, draft)[0]

@@ -36,6 +36,13 @@ class QuantKVCache(Cache):
         """Each quantized layer's flush block (tokens)."""
         return [layer.plan.flush for layer in self.layers if isinstance(layer, QuantKVLayer)]
 
+    def drop_newest(self, drop: torch.Tensor) -> None:
+        """The columns ``drop`` marks among the newest ``drop.shape[1]`` hold no token any more (masked holes:
+        ``QuantKVLayer.drop_newest``); unquantized layers need only the attention mask."""
+        for layer in self.layers:
+            if isinstance(layer, QuantKVLayer):
+                layer.drop_newest(drop)
+
     def nbytes(self) -> int:
         return sum(layer.nbytes() if isinstance(layer, QuantKVLayer) else _dynamic_nbytes(layer)
                    for layer in self.layers)

@@ -22,7 +22,7 @@ it to rebuild a row's cache at any length: ``exact_rows``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -93,6 +93,13 @@ def _stored(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.bfloat16).float() if x.dtype == torch.float32 else x
 
 
+def _rows_of(q: QBlock, sel: torch.Tensor) -> QBlock:
+    """The block's batch rows ``sel`` (a copy)."""
+    out = replace(q)
+    out.map_batch(lambda t: t.index_select(0, sel.to(t.device)))
+    return out
+
+
 class QuantKVLayer(CacheLayerMixin):
     """KV cache layer storing each row's flushed tokens quantized and its newest ones in full precision."""
 
@@ -157,32 +164,39 @@ class QuantKVLayer(CacheLayerMixin):
         return keys, values
 
     def _flush(self) -> bool:
-        """Quantize every row's complete blocks of ``flush`` real tokens; True when anything was flushed."""
+        """Quantize every row's complete blocks of ``flush`` real tokens; True when anything was flushed. All
+        pending blocks of all rows are quantized in one call (a prefill or a rebuilt cache completes many at once):
+        the kernels work group by group, so a block's codes do not depend on what it is quantized with."""
         f = self.plan.flush
-        target = self.count - self.count % f
-        flushed = False
-        while True:
-            rows = (target > self.qcount).nonzero().flatten()
-            if not len(rows):
-                return flushed
-            self._flush_block(rows)
-            self.qcount[rows] += f
-            flushed = True
+        pending = (self.count - self.count % f - self.qcount) // f
+        if not bool((pending > 0).any()):
+            return False
+        rows = torch.repeat_interleave(torch.arange(len(pending), device=pending.device), pending)
+        first = torch.repeat_interleave(self.qcount, pending)
+        nth = torch.arange(len(rows), device=rows.device) - torch.repeat_interleave(pending.cumsum(0) - pending,
+                                                                                   pending)
+        self._flush_blocks(rows, first + nth * f, nth)
+        self.qcount = self.qcount + pending * f
+        return True
 
-    def _flush_block(self, rows: torch.Tensor) -> None:
-        """Quantize the next block of ``flush`` real tokens of each of ``rows`` (gathered over their columns)."""
+    def _flush_blocks(self, rows: torch.Tensor, starts: torch.Tensor, nth: torch.Tensor) -> None:
+        """Quantize, for each ``(rows[i], starts[i])``, that row's real tokens ``[start, start + flush)`` (gathered
+        over its columns: padding and holes are never part of a block); stored as one ``QBlock`` per ``nth``
+        (the rows' first, second, ... pending block), as block-by-block flushing stored them."""
         p, f = self.plan, self.plan.flush
         valid = self.valid[rows]
         rank = valid.cumsum(1) - 1
-        q = self.qcount[rows, None]
+        q = starts[:, None]
         cols = (valid & (rank >= q) & (rank < q + f)).nonzero()[:, 1].view(len(rows), f)
         where = (rows[:, None], slice(None), cols)
         k = _stored(self._kbuf.t[where].permute(0, 2, 1, 3))  # [R, H, F, D]
         v = _stored(self._vbuf.t[where].permute(0, 2, 1, 3))
         kq = quantize(k, p.fmt, p.bits, p.key_axis, p.key_group)
         vq = quantize(v, p.fmt, p.bits, "token", p.value_group)
-        self.k_blocks.append(kq)
-        self.v_blocks.append(vq)
+        for i in range(int(nth.max()) + 1):
+            sel = (nth == i).nonzero().flatten()
+            self.k_blocks.append(_rows_of(kq, sel))
+            self.v_blocks.append(_rows_of(vq, sel))
         self._row_bytes = (kq.nbytes + vq.nbytes) / (len(rows) * f)
         self._kbuf.t[where] = dequantize(kq, self.dtype).permute(0, 2, 1, 3)
         self._vbuf.t[where] = dequantize(vq, self.dtype).permute(0, 2, 1, 3)
@@ -193,6 +207,18 @@ class QuantKVLayer(CacheLayerMixin):
             raise EvalsuiteError("evalsuite KV cache: exact K/V were not kept (keep_exact=False)")
         cols = self.valid[row].nonzero().flatten()[:tokens]
         return self._exact[0].view()[row][:, cols], self._exact[1].view()[row][:, cols]
+
+    def drop_newest(self, drop: torch.Tensor) -> None:
+        """Stop counting the columns ``drop`` marks among the newest ``drop.shape[1]`` ([batch, n] bool): they
+        become holes (a drafted forward's rejected tokens, ``engine.drafted``). Only tokens no flush has
+        quantized can be dropped."""
+        n = drop.shape[1]
+        gone = self.valid[:, -n:] & drop.to(device=self.valid.device, dtype=torch.bool)
+        rank = self.valid.cumsum(1)[:, -n:] - 1
+        if bool((gone & (rank < self.qcount[:, None])).any()):
+            raise EvalsuiteError("evalsuite KV cache: cannot drop tokens that were already quantized")
+        self.valid[:, -n:] &= ~gone
+        self.count = self.count - gone.sum(1)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.length + query_length, 0

@@ -231,7 +231,7 @@ def test_tail_logits_equal_step_by_step_decoding(fp32, w8, kind, monkeypatch):
     var = Side(model, lambda keep: make_cache(cfg, model.config, keep_exact=keep) if cfg else None, None)
     seen, orig = [], engine.pick_tokens
     monkeypatch.setattr(engine, "pick_tokens", lambda lg, g, r: (seen.append(lg.clone()), orig(lg, g, r))[1])
-    got = verify_batch(var, Tok(), rows, refs, lp, gen, {1})
+    got = verify_batch(var, Tok(), rows, refs, lp, gen, {1}, draft=0)  # step by step (drafted: test_drafted)
     assert [v.decode for v in got] == ["diverged@0", "diverged@11"]
     steps = [lg for lg in seen if lg.shape[0] == 2]
     assert len(steps) >= 5
