@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from evalsuite.cli.run_cmd import parse_params
 from evalsuite.core.config import RunConfig
 from evalsuite.core.records import Reference
 from evalsuite.engine import drafted
@@ -39,12 +40,8 @@ def main() -> None:
     ap.add_argument("--tokens", default=str(drafted.TOKENS), help="comma-separated drafted.TOKENS values to time")
     args = ap.parse_args()
     base = load_model("default", args.dtype, "cpu")
-    params: dict = {}
-    for p in args.param:
-        key, _, value = p.partition("=")
-        t, _, k = key.partition(".")
-        params.setdefault(t, {})[k] = value
-    task = prepare_tasks(RunConfig(tasks=[args.task], limit=args.n, task_params=params), default_registry())[0]
+    task = prepare_tasks(RunConfig(tasks=[args.task], limit=args.n, task_params=parse_params(args.param)),
+                         default_registry())[0]
     tok = base.tokenizer
     prompts = [render_prompt(s, tok) for s in task.samples]
     p = shared_prefix_len(tok, prompts)

@@ -32,8 +32,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from evalsuite.engine.decoder import Decoded, take_token
-from evalsuite.engine.forced import chunk_len, output_logits, segment_block
-from evalsuite.kvcache import track_mask
+from evalsuite.engine.forced import chunk_len, feed_rows, output_logits, segment_block
 from evalsuite.tasks.base import GenSettings
 
 DRAFT = 8  # at most this many draft tokens fed after a row's next token
@@ -104,24 +103,12 @@ def drop_newest(cache: Any, drop: torch.Tensor) -> None:
 
 def _feed(model: Any, cache: Any, mask: torch.Tensor, fed: list[list[int]], pad_id: int
           ) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int]]]:
-    """One forward of every row's ``fed`` tokens (shorter rows padded with masked holes); returns (the new mask,
-    the logits after each fed token [real positions, vocab], their (row, column) order)."""
-    dev, width = mask.device, max(len(f) for f in fed)
-    counts = mask.sum(-1).cpu()
-    ids = torch.full((len(fed), width), pad_id, dtype=torch.long)
-    seg = torch.zeros(len(fed), width, dtype=mask.dtype)
-    pos = torch.zeros(len(fed), width, dtype=torch.long)
-    for r, f in enumerate(fed):
-        ids[r, : len(f)] = torch.tensor(f, dtype=torch.long)
-        seg[r, : len(f)] = 1
-        pos[r] = counts[r] + torch.arange(width).clamp(max=len(f) - 1)
-    mask = torch.cat([mask, seg.to(dev)], dim=1)
-    track_mask(cache, mask)
-    hidden = model.get_decoder()(input_ids=ids.to(dev), attention_mask=mask, position_ids=pos.to(dev),
-                                 cache=cache, use_cache=True).last_hidden_state
+    """One forward of every row's ``fed`` tokens (``forced.feed_rows``); returns (the new mask, the logits after
+    each fed token [real positions, vocab], their (row, column) order)."""
+    mask, hidden = feed_rows(model, cache, mask, mask.sum(-1).tolist(), fed, pad_id)
     where = [(r, c) for r, f in enumerate(fed) for c in range(len(f))]
-    rows = torch.tensor([r for r, _ in where], device=dev)
-    cols = torch.tensor([c for _, c in where], device=dev)
+    rows = torch.tensor([r for r, _ in where], device=mask.device)
+    cols = torch.tensor([c for _, c in where], device=mask.device)
     return mask, output_logits(model, hidden[rows, cols]), where
 
 

@@ -87,6 +87,26 @@ def chunk_len(count: int, left: int, block: int | None) -> int:
     return min(left, block - 1 - count % block)
 
 
+def feed_rows(model: Any, cache: Any, mask: torch.Tensor, counts: Sequence[int], chunks: Sequence[Sequence[int]],
+              pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward of each row's ``chunks`` tokens after its ``counts`` real tokens (rows with fewer tokens padded
+    with masked holes, which the cache does not count); returns (the grown mask, last hidden states [batch, widest
+    chunk, hidden])."""
+    dev, width = mask.device, max(len(c) for c in chunks)
+    ids = torch.full((len(chunks), width), pad_id, dtype=torch.long)
+    seg = torch.zeros(len(chunks), width, dtype=mask.dtype)
+    pos = torch.zeros(len(chunks), width, dtype=torch.long)
+    for r, c in enumerate(chunks):
+        ids[r, : len(c)] = torch.tensor(list(c), dtype=torch.long)
+        seg[r, : len(c)] = 1
+        pos[r] = counts[r] + torch.arange(width).clamp(max=max(len(c) - 1, 0))
+    mask = torch.cat([mask, seg.to(dev)], dim=1)
+    track_mask(cache, mask)
+    out = model.get_decoder()(input_ids=ids.to(dev), attention_mask=mask, position_ids=pos.to(dev), cache=cache,
+                              use_cache=True).last_hidden_state
+    return mask, out
+
+
 @torch.no_grad()
 def forced_pass(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None, cache: Any, pad_id: int,
                 answers: Sequence[Sequence[int]], snapshot: PromptKV | None = None) -> Forced:
@@ -97,27 +117,15 @@ def forced_pass(model: Any, rows: Sequence[Sequence[int]], prefix: Prefix | None
         cache = fill_cache(layers, cache, model.config, mask=mask)
     else:
         cache, last, mask = prefill(model, rows, prefix, cache, pad_id)
-    dev = mask.device
     counts = [int(c) for c in mask.sum(-1)]
     prompt_len = list(counts)
     fed = [0] * len(answers)
     hidden: list[list[torch.Tensor]] = [[] for _ in answers]
     block = segment_block(cache)
-    body = model.get_decoder()
     while any(f < len(a) for f, a in zip(fed, answers)):
         take = [chunk_len(c, len(a) - f, block) for c, f, a in zip(counts, fed, answers)]
-        width = max(take)
-        ids = torch.full((len(answers), width), pad_id, dtype=torch.long)
-        seg = torch.zeros(len(answers), width, dtype=mask.dtype)
-        pos = torch.zeros(len(answers), width, dtype=torch.long)
-        for r, (a, f, m) in enumerate(zip(answers, fed, take)):
-            ids[r, :m] = torch.tensor(a[f:f + m], dtype=torch.long)
-            seg[r, :m] = 1
-            pos[r] = counts[r] + torch.arange(width).clamp(max=max(m - 1, 0))
-        mask = torch.cat([mask, seg.to(dev)], dim=1)
-        track_mask(cache, mask)
-        out = body(input_ids=ids.to(dev), attention_mask=mask, position_ids=pos.to(dev), cache=cache,
-                   use_cache=True).last_hidden_state
+        mask, out = feed_rows(model, cache, mask, counts, [a[f:f + m] for a, f, m in zip(answers, fed, take)],
+                              pad_id)
         for r, m in enumerate(take):
             if m:
                 hidden[r].append(out[r, :m])
