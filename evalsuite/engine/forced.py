@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import torch
 
 from evalsuite.kvcache import QuantKVCache, track_mask
-from evalsuite.kvcache.layer import QuantKVLayer
+from evalsuite.kvcache.layer import QuantKVLayer, RowState
 from evalsuite.engine.decoder import Prefix, fill_cache, prefill
 
 PromptKV = tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor, torch.Tensor]  # (K/V), last, mask
@@ -50,16 +50,13 @@ class Forced:
         tail = output_logits(self.model, h)
         return torch.cat([first.to(tail.dtype), tail], dim=0)
 
-    def row_kv(self, row: int, tokens: int) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
-        """Full-precision K/V [heads, tokens, dim] per layer of ``row``'s first ``tokens`` real tokens."""
+    def row_kv(self, row: int, tokens: int) -> tuple[RowState, ...]:
+        """Per layer, ``row``'s first ``tokens`` real tokens as a cache holding only them stores them (a quantized
+        layer's complete blocks as this pass quantized them: ``QuantKVLayer.row_state``)."""
         cols = self.mask[row].nonzero().flatten()[:tokens]
-        out = []
-        for layer in self.cache.layers:
-            if isinstance(layer, QuantKVLayer):
-                out.append(layer.exact_rows(row, tokens))
-            else:
-                out.append((layer.keys[row][:, cols], layer.values[row][:, cols]))
-        return tuple(out)
+        return tuple(layer.row_state(row, tokens) if isinstance(layer, QuantKVLayer)
+                     else RowState(layer.keys[row][:, cols], layer.values[row][:, cols])
+                     for layer in self.cache.layers)
 
 
 def output_logits(model: Any, hidden: torch.Tensor) -> torch.Tensor:

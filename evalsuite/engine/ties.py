@@ -3,8 +3,9 @@
 On kernels that are not batch-invariant (``models.invariance``) a teacher-forced pass and a step-by-step decode
 round differently, so where a position's top-2 margin is below ``verify.NEAR_TIE`` the pass's choice is no
 evidence of the decode's. Such a position is decided the way decoding decides it: the row's cache is rebuilt for
-the prompt + the baseline's first ``t - 1`` answer tokens (their K/V from the pass, written into a fresh cache of
-the variant's kind, which quantizes exactly the blocks decoding had quantized), token ``t - 1`` is fed as one
+the prompt + the baseline's first ``t - 1`` answer tokens (their K/V from the pass, in a fresh cache of the
+variant's kind that adopts the blocks the pass had quantized, the ones decoding had quantized, without quantizing
+them again: ``fill_rows``), token ``t - 1`` is fed as one
 decode step, and that step's logits choose token ``t``. If the choice is the baseline's token the row goes on
 being verified from the pass (its later positions were computed from that same token); otherwise the row diverges
 at ``t`` and its tail starts from the step's logits. The K/V of the kept prefix are the pass's in both cases, as a
@@ -20,9 +21,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from transformers import DynamicCache
+
 from evalsuite.core.records import Reference
-from evalsuite.engine.decoder import fill_cache, plan_batches
+from evalsuite.engine.decoder import plan_batches
+from evalsuite.errors import EvalsuiteError
 from evalsuite.kvcache import track_mask
+from evalsuite.kvcache.layer import QuantKVLayer, RowState
 
 #: rows x cache columns of one stepping group (the decoder's default padded-token budget)
 STEP_TOKENS = 24576
@@ -53,27 +58,36 @@ def agrees(logits: torch.Tensor, ref: Reference, k: int, stop_ids: set[int]) -> 
     return choice in stop_ids if k == len(ref.ids) else choice == ref.ids[k]
 
 
-#: one row's full-precision K/V: per layer (keys, values), each [heads, tokens, dim]
-RowKV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
+#: one row's K/V per layer (``Forced.row_kv``: a quantized layer's complete blocks as the pass quantized them)
+RowKV = tuple[RowState, ...]
 
 
 def fill_rows(kvs: Sequence[RowKV], cache: Any, config: Any) -> tuple[Any, torch.Tensor]:
-    """``cache`` filled with each row's K/V (rows left-padded to the longest, written as an exact prefill writes
-    them, so a quantized cache quantizes exactly the blocks decoding had quantized); returns (cache, 2-D mask)."""
-    lens = [one[0][0].shape[1] for one in kvs]
-    width, dev = max(lens), kvs[0][0][0].device
+    """``cache`` filled with each row's K/V (rows left-padded to the longest), holding what decoding had built:
+    a quantized layer adopts the blocks the pass had quantized (``QuantKVLayer.adopt``: not quantized again),
+    the rest is written as an exact prefill writes it; returns (cache, 2-D mask)."""
+    lens = [one[0].keys.shape[1] for one in kvs]
+    width, dev = max(lens), kvs[0][0].keys.device
     mask = torch.zeros(len(kvs), width, dtype=torch.long, device=dev)
-    layers = []
+    for b, n in enumerate(lens):
+        mask[b, width - n:] = 1
+    work = cache if cache is not None else DynamicCache(config=config)
+    track_mask(work, mask)
     for i in range(len(kvs[0])):
-        k0 = kvs[0][i][0]
+        k0 = kvs[0][i].keys
         k = k0.new_zeros(len(kvs), k0.shape[0], width, k0.shape[2])
         v = torch.zeros_like(k)
         for b, one in enumerate(kvs):
-            n = lens[b]
-            k[b, :, width - n:], v[b, :, width - n:] = one[i]
-            mask[b, width - n:] = 1
-        layers.append((k, v))
-    return fill_cache(layers, cache, config, mask=mask), mask
+            k[b, :, width - lens[b]:], v[b, :, width - lens[b]:] = one[i].keys, one[i].values
+        quantized = torch.tensor([one[i].quantized for one in kvs], dtype=torch.long)
+        if bool(quantized.any()):
+            layer = work.layers[i]
+            if not isinstance(layer, QuantKVLayer):
+                raise EvalsuiteError("verification: quantized rows can only be adopted by evalsuite's KV cache")
+            layer.adopt(k, v, quantized, max(one[i].row_bytes for one in kvs))
+        else:
+            work.update(k, v, i)
+    return work, mask
 
 
 @torch.no_grad()

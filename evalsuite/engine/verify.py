@@ -5,8 +5,8 @@ prompt + the baseline's answer ids (``run.forced``: the K/V mix decoding gives e
 choice at every position given the baseline's prefix. Where it equals the baseline's token at every position (and,
 for an answer that ended on EOS, picks a stop token after it), the variant's greedy answer *is* the baseline's:
 it is stored as ``decode = "verified"``, with no decoding. At the first position ``t`` where it does not, the
-variant's cache is rebuilt for the prompt + the baseline's first ``t`` tokens (their full-precision K/V from the
-pass, written into a fresh cache, which quantizes exactly the blocks decoding had quantized), the logits that decided
+variant's cache is rebuilt for the prompt + the baseline's first ``t`` tokens (their K/V from the pass, in a fresh
+cache holding the blocks decoding had quantized, as the pass quantized them: ``ties.fill_rows``), the logits that decided
 position ``t`` pick its token, and the row decodes step by step from there (``diverged@t``). This is speculative
 decoding with the baseline as the draft model.
 
@@ -187,7 +187,7 @@ def pooled(checked: Iterable[tuple[Any, Checked]], finish_all: Callable[[list[Ch
     pending: list[tuple[Any, Checked]] = []
     for key, c in checked:
         pending.append((key, c))
-        lens = [kv[0][0].shape[1] for _, p in pending for kv, _ in p.tails.values()]
+        lens = [kv[0].keys.shape[1] for _, p in pending for kv, _ in p.tails.values()]
         if not lens or len(lens) >= max_rows or len(lens) * max(lens) >= max_tokens:
             yield list(zip([k for k, _ in pending], finish_all([p for _, p in pending])))
             pending = []

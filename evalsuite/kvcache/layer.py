@@ -17,8 +17,9 @@ before a row's ``(k+1)F``-th token and feed that token alone (``flush_segments``
 
 The buffer holds what attention reads: dequantized flushed tokens and the full-precision residual, so a decode step
 writes one token in place and a flush dequantizes only its new block (a compute copy, trading RAM for speed; not
-counted in ``nbytes``). ``keep_exact`` additionally keeps every token's full-precision K/V (a verification pass uses
-it to rebuild a row's cache at any length: ``exact_rows``).
+counted in ``nbytes``). ``keep_exact`` additionally keeps every token's full-precision K/V, so a verification pass
+can hand a row's state at any length to a fresh cache (``row_state``, ``adopt``): its complete blocks as this cache
+quantized them (not quantized again), the rest exact.
 """
 from __future__ import annotations
 
@@ -83,6 +84,17 @@ class _Buffer:
     def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
         if self.t is not None:
             self.t = fn(self.t)
+
+
+@dataclass(frozen=True)
+class RowState:
+    """One row's K/V [heads, tokens, dim] in one layer, the first ``quantized`` tokens (whole flushed blocks) as
+    their dequantized codes, with the bytes one of them holds quantized (``QuantKVLayer.row_state``)."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    quantized: int = 0
+    row_bytes: float = 0.0
 
 
 def _stored(x: torch.Tensor) -> torch.Tensor:
@@ -201,12 +213,32 @@ class QuantKVLayer(CacheLayerMixin):
         self._kbuf.t[where] = dequantize(kq, self.dtype).permute(0, 2, 1, 3)
         self._vbuf.t[where] = dequantize(vq, self.dtype).permute(0, 2, 1, 3)
 
-    def exact_rows(self, row: int, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Full-precision K/V [H, tokens, D] of ``row``'s first ``tokens`` real tokens (needs ``keep_exact``)."""
-        if not self.keep_exact:
-            raise EvalsuiteError("evalsuite KV cache: exact K/V were not kept (keep_exact=False)")
+    def row_state(self, row: int, tokens: int) -> RowState:
+        """``row``'s first ``tokens`` real tokens as a layer holding only them stores them: the complete blocks
+        as this layer flushed them (their dequantized codes: the same codes, since a block is quantized from the
+        same K/V), the rest full precision (from the exact shadow where a later flush has quantized them here)."""
         cols = self.valid[row].nonzero().flatten()[:tokens]
-        return self._exact[0].view()[row][:, cols], self._exact[1].view()[row][:, cols]
+        q = tokens - tokens % self.plan.flush
+        k, v = self._kbuf.view()[row][:, cols], self._vbuf.view()[row][:, cols]
+        if int(self.qcount[row]) > q and tokens > q:
+            if not self.keep_exact:
+                raise EvalsuiteError("evalsuite KV cache: exact K/V were not kept (keep_exact=False)")
+            k[:, q:] = self._exact[0].view()[row][:, cols[q:]]
+            v[:, q:] = self._exact[1].view()[row][:, cols[q:]]
+        return RowState(k, v, q, self._row_bytes)
+
+    def adopt(self, keys: torch.Tensor, values: torch.Tensor, quantized: torch.Tensor, row_bytes: float) -> None:
+        """A fresh layer's first update from rows whose first ``quantized[r]`` real tokens are whole blocks'
+        dequantized codes (``row_state``): they are stored as flushed, not quantized again (bit-identical to an
+        update with their full-precision K/V, at no quantization cost); the rest is appended as ``update`` does."""
+        if self.is_initialized or self.keep_exact:
+            raise EvalsuiteError("evalsuite KV cache: adopt needs a fresh layer that keeps no exact K/V")
+        if bool((quantized % self.plan.flush).any()):
+            raise EvalsuiteError("evalsuite KV cache: adopted rows must hold whole quantized blocks")
+        self.lazy_initialization(keys, values)
+        self.qcount = quantized.to(device=self.count.device, dtype=self.count.dtype)
+        self._row_bytes = row_bytes
+        self.update(keys, values)
 
     def drop_newest(self, drop: torch.Tensor) -> None:
         """Stop counting the columns ``drop`` marks among the newest ``drop.shape[1]`` ([batch, n] bool): they

@@ -192,8 +192,9 @@ def test_tails_of_several_batches_decode_together_as_each_batch_alone(fp32, w8, 
 def test_pooled_gives_whole_batches_once_their_tails_fill_the_pool():
     """Batches wait while their tails are few; a batch is given only with its tails decoded, never before."""
     from evalsuite.engine.verify import Checked, Verified, pooled
+    from evalsuite.kvcache.layer import RowState
 
-    kv = lambda n: ((torch.zeros(1, n, 2), torch.zeros(1, n, 2)),)  # noqa: E731  one layer, n tokens
+    kv = lambda n: (RowState(torch.zeros(1, n, 2), torch.zeros(1, n, 2)),)  # noqa: E731  one layer, n tokens
     def batch(tails):
         return Checked([Reference((5,), "eos")] * 3, [None] * 3, [None] * 3, {r: (kv(n), None) for r, n in tails})
     calls = []

@@ -266,3 +266,60 @@ def test_only_one_layer_quantized_changes_decode(model) -> None:
             outs.append(model(ids[:, 30:], cache=cache, use_cache=True).logits)
     assert torch.equal(outs[0], outs[3])  # every layer kept at 16 bits = the unquantized cache
     assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2]) and not torch.equal(outs[1], outs[2])
+
+
+def _fed(layer: QuantKVLayer, x: torch.Tensor, mask: torch.Tensor, sizes: list[int]) -> None:
+    """Feed ``x`` [B, H, T, D] (values -x) in chunks of ``sizes`` columns under the 2-D ``mask``."""
+    pos = 0
+    for n in sizes:
+        layer.rows.mask = mask[:, : pos + n]
+        layer.update(x[:, :, pos:pos + n], -x[:, :, pos:pos + n])
+        pos += n
+
+
+@pytest.mark.parametrize("cfg", [KVConfig(bits=4, group=8, residual=16), KVConfig(bits=2, group=8, residual=8,
+                                                                                  key_axis="token"),
+                                 KVConfig(fmt="fp8e4", group=0, residual=8, key_axis="token"),
+                                 KVConfig(bits=8, group=8, residual=24, prefill="quantized")],
+                         ids=["int4", "int2-kt", "fp8", "int8-pq"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_adopted_rows_hold_what_a_fresh_fill_holds(cfg: KVConfig, dtype: torch.dtype) -> None:
+    """A row's state at any length handed over (``row_state`` -> ``adopt``) equals a fresh layer filled with
+    the row's full-precision K/V bit for bit, and stays equal through later updates that flush."""
+    x = torch.randn(2, 2, 90, 32, generator=torch.Generator().manual_seed(5)).to(dtype)
+    mask = torch.ones(2, 90, dtype=torch.long)
+    mask[1, :11] = 0  # row 1: left padding and a hole in the middle
+    mask[1, 40:43] = 0
+    src = _layer(cfg, keep=True)
+    _fed(src, x, mask, [30, 1, 1, 17, 1, 40])
+    for row in (0, 1):
+        cols = mask[row].nonzero().flatten()
+        for tokens in (5, 16, 23, 24, 47, 48, 63, int(mask[row].sum())):
+            state = src.row_state(row, tokens)
+            k, v = x[row:row + 1][:, :, cols[:tokens]], -x[row:row + 1][:, :, cols[:tokens]]
+            fresh, adopted = _layer(cfg), _layer(cfg)
+            fresh.update(k, v)
+            adopted.adopt(state.keys[None], state.values[None], torch.tensor([state.quantized]), state.row_bytes)
+            more = torch.randn(1, 2, 30, 32, generator=torch.Generator().manual_seed(tokens)).to(dtype)
+            for one in (fresh, adopted):
+                for j in range(30):
+                    keys, values = one.update(more[:, :, j:j + 1], more[:, :, j:j + 1])
+            assert torch.equal(fresh._kbuf.view(), adopted._kbuf.view())
+            assert torch.equal(fresh._vbuf.view(), adopted._vbuf.view())
+            assert torch.equal(fresh.qcount, adopted.qcount) and fresh.nbytes() == adopted.nbytes()
+    assert src.row_state(0, 5).quantized == 0 and src.row_state(0, 47).quantized == 47 - 47 % src.plan.flush
+
+
+def test_adopt_refuses_a_used_layer_and_partial_blocks() -> None:
+    cfg = KVConfig(bits=4, group=8, residual=16)
+    k = torch.randn(1, 2, 20, 32)
+    with pytest.raises(EvalsuiteError, match="whole quantized blocks"):
+        _layer(cfg).adopt(k, k, torch.tensor([8]), 1.0)
+    used = _layer(cfg)
+    used.update(k, k)
+    with pytest.raises(EvalsuiteError, match="fresh layer"):
+        used.adopt(k, k, torch.tensor([16]), 1.0)
+    src = _layer(cfg)
+    src.update(k, k)
+    with pytest.raises(EvalsuiteError, match="exact K/V were not kept"):
+        src.row_state(0, 10)  # token 10 lies in a block this layer has flushed since: needs the exact shadow
