@@ -43,6 +43,9 @@ import torch.nn.functional as F
 
 from evalsuite.models.invariance import (BLOCK, MIN_KEYS, MIN_ROWS, NAME, head_dim, linear_shapes, pad_small_batches,
                                          probe)
+
+#: transformers' SDPA with GQA in place on the CPU (``sdpa_gqa_forward``): the same values as ``"sdpa"``
+SDPA_GQA = "evalsuite_sdpa_gqa"
 from evalsuite.models.packed import pack_linears
 
 FIXED = 2.0 ** 24  #: the denominator's fixed-point grid (a float32 integer per key; exact sums up to 2**29 keys)
@@ -192,6 +195,12 @@ def row_prefill(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mas
     return out
 
 
+def _plain(dropout: float, kwargs: dict[str, Any]) -> bool:
+    """No dropout, soft-capping, position bias, sinks or attention outputs: what both kernels here compute."""
+    return (not dropout and kwargs.get("softcap") is None and kwargs.get("position_bias") is None
+            and kwargs.get("s_aux") is None and not kwargs.get("output_attentions"))
+
+
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                       **kwargs: Any) -> tuple[torch.Tensor, None]:
@@ -200,11 +209,9 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     n, length = query.shape[2], key.shape[2]
-    plain = (not dropout and kwargs.get("softcap") is None and kwargs.get("position_bias") is None
-             and kwargs.get("s_aux") is None and not kwargs.get("output_attentions"))
     bool_mask = attention_mask is None or attention_mask.dtype == torch.bool
     fits = query.shape[1] % key.shape[1] == 0 and (attention_mask is not None or n == 1 or n == length)
-    if query.device.type != "cpu" or not (plain and bool_mask and fits):
+    if query.device.type != "cpu" or not (_plain(dropout, kwargs) and bool_mask and fits):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
@@ -214,39 +221,70 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     return cached_attention(query, key, value, attention_mask, scale, exact), None
 
 
+def sdpa_gqa_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                     **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' SDPA (``SDPA_GQA``), except a masked multi-token forward of a grouped-query model on the CPU:
+    transformers copies every K/V head ``num_key_value_groups`` times there (``repeat_kv``, because CUDA's kernels
+    cannot mask with GQA), which on a long cache costs more than the attention itself; torch's CPU kernel attends
+    each query head to its K/V head in place (``enable_gqa``) and computes the same values bit for bit
+    (``tests/models/test_attention.py``). So a run's attention key stays ``"sdpa"``."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    if (query.device.type != "cpu" or groups == 1 or query.shape[2] == 1 or attention_mask is None
+            or attention_mask.dtype != torch.bool or not _plain(dropout, kwargs)):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
+                                         enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
 def register() -> str:
-    """Register ``NAME`` with transformers (attention and its mask: SDPA's); idempotent. Returns ``NAME``."""
+    """Register ``NAME`` and ``SDPA_GQA`` with transformers (attention and their mask: SDPA's); idempotent.
+    Returns ``NAME``."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-    AttentionInterface.register(NAME, attention_forward)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+    for name, fn in ((NAME, attention_forward), (SDPA_GQA, sdpa_gqa_forward)):
+        AttentionInterface.register(name, fn)
+        ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
     return NAME
+
+
+def _switch(model: Any, name: str) -> bool:
+    """Run ``model`` on ``name`` (registered here); False where its class refuses custom kernels."""
+    register()
+    try:
+        model.set_attn_implementation(name)
+    except (ValueError, AttributeError, ImportError):
+        return False
+    return True
 
 
 def use_invariant_kernels(model: Any) -> str:
     """Pack ``model``'s bf16 Linear weights on the CPU (``models.packed``); switch it (loaded with SDPA) to ``NAME``
     and pad its small Linear calls (``models.invariance``) where the probe shows this machine's matmuls can be
-    batch-invariant at its shapes and dtype; a model on another implementation (eager, flash, a remote-code model),
-    or on a CPU where the probe fails, keeps it. Returns the implementation the model now runs. Call again after
-    replacing modules (quantization adds Linear layers)."""
+    batch-invariant at its shapes and dtype; a model on another implementation (eager, flash, a remote-code model)
+    keeps it, and on a CPU where the probe fails it keeps SDPA's values through ``SDPA_GQA``. Returns the
+    attention key of a run (``"sdpa"`` for SDPA's values). Call again after replacing modules (quantization adds
+    Linear layers)."""
     config = getattr(model, "config", None)
     current = getattr(config, "_attn_implementation", None)
     pack_linears(model)  # bf16 on the CPU: prepacked weights (``models.packed``)
-    if current not in ("sdpa", NAME):
+    if current not in ("sdpa", SDPA_GQA, NAME):
         return str(current)
     param = next(model.parameters(), None)
     # probed at load (cached per dtype and shapes) with plain Linear calls: where they are not batch-invariant at the
     # model's shapes (bf16 on CPUs with AMX: evalsuite.onednn) the kernels cost more than exact verification saves.
     # Packed Linear layers pass the probe there too, but the kernels then cost 1.6x a whole run (models.packed)
     ok = param is None or param.device.type != "cpu" or probe(param.dtype, linear_shapes(model), head_dim(config)).ok
-    if current == "sdpa" and not ok:
+    if current in ("sdpa", SDPA_GQA) and not ok:
+        if param is not None and param.device.type == "cpu" and current == "sdpa":
+            _switch(model, SDPA_GQA)
         return "sdpa"
-    if current == "sdpa":
-        register()
-        try:
-            model.set_attn_implementation(NAME)
-        except (ValueError, AttributeError, ImportError):  # a model class that refuses custom kernels keeps SDPA
-            return "sdpa"
+    if current != NAME and not _switch(model, NAME):
+        return "sdpa"
     pad_small_batches(model)
     return str(model.config._attn_implementation)

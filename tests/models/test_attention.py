@@ -166,7 +166,8 @@ def test_a_cpu_whose_matmuls_fail_the_probe_keeps_sdpa(monkeypatch):
 
     monkeypatch.setattr(attention, "probe", lambda *a: Probe(linear=False, scores=True, values=True))
     model = make_tiny_model(256, seed=1)
-    assert use_invariant_kernels(model) == "sdpa" == model.config._attn_implementation
+    assert use_invariant_kernels(model) == "sdpa"  # SDPA's values, GQA in place: the key stays SDPA's
+    assert model.config._attn_implementation == attention.SDPA_GQA
     assert not any(getattr(m, "_evalsuite_padded", False) for m in model.modules())
     assert not invariant(model)
     monkeypatch.undo()
@@ -184,3 +185,49 @@ def test_a_baseline_stored_with_another_kernel_is_regenerated():
     now = run_key(16, {"compute_dtype": "bfloat16", "attention": NAME})
     assert mismatch_reason(old, task, 1, now) == f"attention differs (stored 'sdpa', now '{NAME}')"
     assert mismatch_reason(old, task, 1, run_key(16, {"compute_dtype": "bfloat16", "attention": "sdpa"})) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa_with_gqa_in_place_computes_sdpas_values(dtype):
+    """``sdpa_gqa_forward`` equals transformers' SDPA (K/V heads repeated) bit for bit: masked multi-token
+    forwards with padding, holes and several query lengths; other calls are transformers' own."""
+    from types import SimpleNamespace
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from evalsuite.models.attention import sdpa_gqa_forward
+
+    gen = torch.Generator().manual_seed(4)
+    module = SimpleNamespace(num_key_value_groups=3, is_causal=True)
+    for b, q, kv in [(3, 9, 300), (16, 1, 700), (2, 64, 64), (5, 17, 1100)]:
+        query = torch.randn(b, 9, q, 64, generator=gen).to(dtype)
+        key, value = (torch.randn(b, 3, kv, 64, generator=gen).to(dtype) for _ in range(2))
+        mask = torch.ones(b, 1, q, kv, dtype=torch.bool).tril(kv - q)  # causal over the cache
+        mask[0, ..., : kv // 3] = False  # a left-padded row
+        mask[-1, ..., kv // 2: kv // 2 + 5] = False  # holes
+        for m in (mask, None):
+            got, _ = sdpa_gqa_forward(module, query, key, value, m, scaling=0.125)
+            want, _ = sdpa_attention_forward(module, query, key, value, m, scaling=0.125)
+            assert torch.equal(got, want), (b, q, kv, m is None)
+
+
+def test_a_model_on_sdpa_gqa_gives_sdpas_logits(monkeypatch):
+    """The whole model: prefill with padding, then a multi-token chunk over the cache, bit for bit as SDPA."""
+    from evalsuite.models import attention
+    from evalsuite.models.invariance import Probe
+
+    monkeypatch.setattr(attention, "probe", lambda *a: Probe(linear=False, scores=True, values=True))
+    ids = torch.randint(0, 256, (3, 40), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones(3, 40, dtype=torch.long)
+    mask[1, :7] = 0
+    out = {}
+    for name in ("sdpa", attention.SDPA_GQA):
+        model = make_tiny_model(256, seed=1, kv_heads=1)
+        if name != "sdpa":
+            use_invariant_kernels(model)
+        assert model.config._attn_implementation == name
+        with torch.no_grad():
+            first = model(input_ids=ids[:, :30], attention_mask=mask[:, :30], use_cache=True)
+            nxt = model(input_ids=ids[:, 30:], attention_mask=mask, cache=first.past_key_values)
+        out[name] = torch.cat([first.logits, nxt.logits], 1)
+    assert torch.equal(out["sdpa"], out[attention.SDPA_GQA])
