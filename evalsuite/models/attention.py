@@ -26,7 +26,9 @@ Measured on a 2-core AVX-512-BF16 EPYC (SmolLM2-135M, ``benchmarks/decode_attent
 Other devices, additive masks, soft-capping, sinks and ``output_attentions`` keep transformers' SDPA (and
 ``models.invariance.invariant`` is False there), and so does a model on a CPU whose matmuls fail the probe at its
 shapes and dtype (bf16 on CPUs with AMX, ``evalsuite.onednn``): there these kernels cannot make a row's logits
-batch-invariant, and cost a quarter of a run's time (a whole run 136 s against 103 s with SDPA).
+batch-invariant, and cost a quarter of a run's time (a whole run 136 s against 103 s with SDPA). Such a model runs
+``SDPA_GQA``: SDPA's values bit for bit, without transformers' per-forward copy of every K/V head in masked
+multi-token forwards (``sdpa_gqa_forward``).
 
 What it changes against SDPA: float rounding only; the kernel's name is part of a run's settings and of a stored
 baseline's key (a baseline generated with another kernel is regenerated, never mixed in).
