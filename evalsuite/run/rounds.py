@@ -17,7 +17,9 @@ to whole decode batches, and cut to what the budget left affords at the measured
 cannot give every variant wanting a task its need, the variant nearest a decision draws and the others sit the
 round out on that task (``draws.joining``). The run ends
 when nothing is open, when no open task can grow, or when the budget is spent (no new (variant, task) starts; a
-generation in progress stops after its current batch). The first round takes the tasks cheapest first; later
+generation in progress stops after its current batch). The first round takes the tasks cheapest first (by the
+seconds per sample measured in this process: a fresh process keeps the ``--tasks`` order, so list first the task
+most likely to FAIL a variant, as ``make gate`` lists needle); later
 rounds take, and draw, first the tasks where a check heading to a FAIL is open (``Decision.failing``), then the
 rest, each by the seconds its quickest open check needs to decide (``quickest_first``), so what is left of the
 budget goes where a decision is nearest. Every round is re-gated after every task, so a failing variant stops
