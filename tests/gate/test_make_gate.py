@@ -20,7 +20,9 @@ def test_make_gate_gates_the_grid_on_every_task_family():
 
     specs = parse_variant_list(_default("GATE_VARIANTS"))
     assert [s.name for s in specs] == ["w4g64", "kv4g32r128", "w4g64+kv4g32r128"]
-    assert _default("GATE_TASKS").split(",") == ["reasoning", "code", "json", "needle"]
+    tasks = _default("GATE_TASKS").split(",")
+    assert sorted(tasks) == ["code", "json", "needle", "reasoning"]
+    assert tasks[0] == "needle"  # the first round goes in this order: where quantization breaks first, first
     registry = default_registry()
     for task in _default("GATE_TASKS").split(","):
         registry.get(task)  # raises on an unknown task
