@@ -192,6 +192,25 @@ def fill_cache(layers: Iterable[tuple[torch.Tensor, torch.Tensor]], cache: Any =
     return work
 
 
+def left_pad(rows: Sequence[Sequence[tuple[torch.Tensor, torch.Tensor]]]
+             ) -> tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor]:
+    """Rows' per-layer K/V (``[heads, len, dim]``, a length per row) left-padded with zeros into one batch per
+    layer (``[rows, heads, width, dim]``), and the 2-D mask that is 1 on each row's own tokens."""
+    lens = [row[0][0].shape[1] for row in rows]
+    width, first = max(lens), rows[0][0][0]
+    mask = torch.zeros(len(rows), width, dtype=torch.long, device=first.device)
+    for b, n in enumerate(lens):
+        mask[b, width - n:] = 1
+    layers = []
+    for i in range(len(rows[0])):
+        k = first.new_zeros(len(rows), first.shape[0], width, first.shape[2])
+        v = torch.zeros_like(k)
+        for b, row in enumerate(rows):
+            k[b, :, width - lens[b]:], v[b, :, width - lens[b]:] = row[i]
+        layers.append((k, v))
+    return tuple(layers), mask
+
+
 def pick_tokens(logits: torch.Tensor, gen: GenSettings, rngs: list[torch.Generator] | None) -> torch.Tensor:
     """Greedy, or one sampled token per row, each row from its own generator (independent of batching)."""
     if gen.temperature <= 0 or rngs is None:

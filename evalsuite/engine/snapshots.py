@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import torch
 
-from evalsuite.engine.decoder import Prefix, fill_cache
+from evalsuite.engine.decoder import Prefix, fill_cache, left_pad
 
 #: the one byte budget of an in-process backend's prompt K/V snapshots (both uses; 0 = none kept)
 PROMPT_KV_BYTES = 4 << 30
@@ -80,19 +80,8 @@ class PromptSnapshots:
         if not keep:
             for k in dict.fromkeys(keys):
                 self._drop(k)
-        width = max(kv[0][0].shape[1] for kv, _ in got)
-        first = got[0][0][0][0]
-        mask = torch.zeros(len(got), width, dtype=torch.long, device=first.device)
-        layers = []
-        for i in range(len(got[0][0])):
-            k = first.new_zeros(len(got), first.shape[0], width, first.shape[2])
-            v = torch.zeros_like(k)
-            for b, (kv, _) in enumerate(got):
-                n = kv[i][0].shape[1]
-                k[b, :, width - n:], v[b, :, width - n:] = kv[i][0], kv[i][1]
-                mask[b, width - n:] = 1
-            layers.append((k, v))
-        return tuple(layers), torch.stack([last for _, last in got]), mask
+        layers, mask = left_pad([kv for kv, _ in got])
+        return layers, torch.stack([last for _, last in got]), mask
 
     def provide(self, config: Any) -> Any:
         """A prefill provider (``engine.observe_prefills``) answering from these snapshots, which stay held:

@@ -24,7 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from evalsuite.core.records import Reference
-from evalsuite.engine.decoder import plan_batches
+from evalsuite.engine.decoder import left_pad, plan_batches
 from evalsuite.errors import EvalsuiteError
 from evalsuite.kvcache import track_mask
 from evalsuite.kvcache.layer import QuantKVLayer, RowState
@@ -66,19 +66,10 @@ def fill_rows(kvs: Sequence[RowKV], cache: Any, config: Any) -> tuple[Any, torch
     """``cache`` filled with each row's K/V (rows left-padded to the longest), holding what decoding had built:
     a quantized layer adopts the blocks the pass had quantized (``QuantKVLayer.adopt``: not quantized again),
     the rest is written as an exact prefill writes it; returns (cache, 2-D mask)."""
-    lens = [one[0].keys.shape[1] for one in kvs]
-    width, dev = max(lens), kvs[0][0].keys.device
-    mask = torch.zeros(len(kvs), width, dtype=torch.long, device=dev)
-    for b, n in enumerate(lens):
-        mask[b, width - n:] = 1
+    layers, mask = left_pad([[(state.keys, state.values) for state in one] for one in kvs])
     work = cache if cache is not None else DynamicCache(config=config)
     track_mask(work, mask)
-    for i in range(len(kvs[0])):
-        k0 = kvs[0][i].keys
-        k = k0.new_zeros(len(kvs), k0.shape[0], width, k0.shape[2])
-        v = torch.zeros_like(k)
-        for b, one in enumerate(kvs):
-            k[b, :, width - lens[b]:], v[b, :, width - lens[b]:] = one[i].keys, one[i].values
+    for i, (k, v) in enumerate(layers):
         quantized = torch.tensor([one[i].quantized for one in kvs], dtype=torch.long)
         if bool(quantized.any()):
             layer = work.layers[i]
