@@ -131,6 +131,13 @@ class InProcessBackend:
         if self.snapshots.owner not in self._weight_only:
             self.snapshots.clear()
 
+    def spill_prompts(self, folder: Any) -> None:
+        """Keep the baseline's prompt K/V on disk in ``folder`` too, and read from there what memory lacks
+        (``engine.spill``: beside a stored baseline, so a later run does not prefill its stored prompts again)."""
+        from evalsuite.engine.spill import PromptDisk
+
+        self.base_prompts.spill = PromptDisk(folder) if self.snapshot_bytes else None
+
     def close(self) -> None:
         self._built.clear()
         self.snapshots.clear()

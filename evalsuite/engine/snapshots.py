@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import torch
 
 from evalsuite.engine.decoder import Prefix, fill_cache, left_pad
+from evalsuite.engine.spill import PromptDisk
 
 #: the one byte budget of an in-process backend's prompt K/V snapshots (both uses; 0 = none kept)
 PROMPT_KV_BYTES = 4 << 30
@@ -52,6 +53,9 @@ class PromptSnapshots:
         self.store = store
         self.used = 0
         self.rows: dict[Key, Row] = {}
+        #: the baseline's part beside a stored baseline: every row observed is written there too, and ``take``
+        #: reads from there what memory does not hold (``engine.spill``)
+        self.spill: PromptDisk | None = None
 
     def observe(self, prefix: Prefix | None, rows: Sequence[Sequence[int]], cache: Any, last: torch.Tensor,
                 mask: torch.Tensor) -> None:
@@ -62,26 +66,54 @@ class PromptSnapshots:
             if key in self.rows:
                 continue
             keep = mask[j].bool()
+            kept = None
+            if self.spill is not None and not self.spill.has(key):
+                self.spill.put(key, kept := self._row(cache, j, keep, last))
             size = sum(2 * int(keep.sum()) * layer.keys[j, :, :1].numel() * layer.keys.element_size()
                        for layer in cache.layers)
             if not self._make_room(size):
-                return
-            kv = tuple((layer.keys[j][:, keep].clone(), layer.values[j][:, keep].clone()) for layer in cache.layers)
-            self.rows[key] = (kv, last[j].clone())
+                if self.spill is None:
+                    return
+                continue  # memory is full; the rest still go to disk
+            self.rows[key] = kept if kept is not None else self._row(cache, j, keep, last)
             self.used += size
+
+    @staticmethod
+    def _row(cache: Any, j: int, keep: torch.Tensor, last: torch.Tensor) -> Row:
+        kv = tuple((layer.keys[j][:, keep].clone(), layer.values[j][:, keep].clone()) for layer in cache.layers)
+        return kv, last[j].clone()
 
     def take(self, keys: Sequence[Key], keep: bool = False
              ) -> tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor, torch.Tensor] | None:
         """The batch's prompt K/V left-padded into one batch (K/V per layer, last logits, 2-D mask), removed from
         the store unless ``keep``; None unless every key is held (then nothing is removed)."""
-        if not keys or any(k not in self.rows for k in keys):
+        got = self._gather(keys) if keys else None
+        if got is None:
             return None
-        got = [self.rows[k] for k in keys]
         if not keep:
             for k in dict.fromkeys(keys):
-                self._drop(k)
+                if k in self.rows:
+                    self._drop(k)
         layers, mask = left_pad([kv for kv, _ in got])
         return layers, torch.stack([last for _, last in got]), mask
+
+    def _gather(self, keys: Sequence[Key]) -> list[Row] | None:
+        """Every key's row, from memory or (what memory lacks) from ``spill``, read only when all are there; a
+        row read from disk is kept in memory while it fits. None when some key is held nowhere."""
+        missing = [k for k in dict.fromkeys(keys) if k not in self.rows]
+        if missing and (self.spill is None or not self.spill.held(missing)):
+            return None
+        have = {k: self.rows[k] for k in keys if k in self.rows}
+        for k in missing:
+            row = self.spill.get(k) if self.spill is not None else None
+            if row is None:
+                return None
+            have[k] = row
+            size = sum(t.numel() * t.element_size() for kv in row[0] for t in kv)
+            if self._make_room(size):
+                self.rows[k] = row
+                self.used += size
+        return [have[k] for k in keys]
 
     def provide(self, config: Any) -> Any:
         """A prefill provider (``engine.observe_prefills``) answering from these snapshots, which stay held:

@@ -6,7 +6,9 @@ sample hashes, library versions and the decoder's output format (``DECODE_FORMAT
 is refused, with the reason. A stored baseline may hold fewer samples than a run draws: the ones it has are
 imported, the rest generated; ``grow`` stores them back (stored answers kept, new ones added), so a second
 sequential run regenerates no stored answer. The baseline's side of KLD (its teacher-forced logits) is not stored:
-each run recomputes it in its KLD pass.
+each run recomputes it in its KLD or verification pass, on top of the baseline's prompt K/V, which a growing
+source keeps on disk beside the answers (``prompt_folder``, ``engine.spill``) so that pass does not prefill the
+stored prompts again.
 """
 from __future__ import annotations
 
@@ -164,6 +166,16 @@ class BaselineSource:
                 for line in (folder / f"{task.name}.jsonl").read_text().splitlines() if line]
         store.put_samples(r for r in rows if r.sample_id in wanted and r.sample_id not in done)
         return True
+
+    def prompt_folder(self, settings: dict[str, Any]) -> Path:
+        """Where the baseline's prompt K/V are kept beside its answers (``engine.spill``): one folder per
+        everything that changes them (the run settings of ``run_key``, library versions, the decode format)."""
+        import hashlib
+
+        key = {"run": run_key(self.batch_size, settings), "libraries": library_versions(),
+               "decode_format": DECODE_FORMAT}
+        digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return Path(self.root) / self.fingerprint / "prompt_kv" / digest
 
     def save(self, store: Store, tasks: list[PreparedTask], name: str) -> Path:
         """Store the run's baseline answers under ``root`` (grown: the stored ones kept, new ones added)."""
