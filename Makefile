@@ -13,7 +13,8 @@ TORCH_SPEC ?= torch==2.13.0
 # residual, so a KV PASS covers prompts the quantized cache really holds (the shipped policy checks the >=2048 slice
 # on its own: a range without 2048 leaves that check without samples, INCONCLUSIVE). Code draws from the built-in problems and
 # HumanEval (192); the report says how many pairs had a side right. The baseline's answers are stored under
-# GATE_BASELINES and grown: a second `make gate` asks the baseline only for samples it has not answered.
+# GATE_BASELINES and grown: a second `make gate` asks the baseline only for samples it has not answered. Beside them
+# the baseline's prompt K/V (<fingerprint>/prompt_kv/, at most 8 GiB): later runs start from them instead of a prefill.
 # Evidence accumulates: the run is `--accumulate`d (runs/acc-<key>, one folder per exact configuration and code), so a
 # second `make gate` with the same candidates continues the first under a new budget, drawing only new samples,
 # and stops once every check is decided or out of reach; any change (a candidate, a task, a parameter, evalsuite's
