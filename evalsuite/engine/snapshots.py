@@ -32,13 +32,11 @@ from typing import Any, Sequence
 import torch
 
 from evalsuite.engine.decoder import Prefix, fill_cache, left_pad
-from evalsuite.engine.spill import PromptDisk
+from evalsuite.engine.spill import Key, PromptDisk, Row, kv_bytes
 
 #: the one byte budget of an in-process backend's prompt K/V snapshots (both uses; 0 = none kept)
 PROMPT_KV_BYTES = 4 << 30
 
-Key = tuple[int, ...]
-Row = tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor]  # per layer (K, V) [heads, len, dim]; logits
 
 
 class PromptSnapshots:
@@ -109,7 +107,7 @@ class PromptSnapshots:
             if row is None:
                 return None
             have[k] = row
-            size = sum(t.numel() * t.element_size() for kv in row[0] for t in kv)
+            size = kv_bytes(row[0])
             if self._make_room(size):
                 self.rows[k] = row
                 self.used += size
@@ -139,7 +137,7 @@ class PromptSnapshots:
 
     def _drop(self, key: Key) -> None:
         kv, _ = self.rows.pop(key)
-        self.used -= sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+        self.used -= kv_bytes(kv)
 
     def clear(self) -> None:
         self.rows.clear()

@@ -31,7 +31,12 @@ from safetensors.torch import load_file, save_file
 SPILL_BYTES = 8 << 30
 
 Key = tuple[int, ...]
-Row = tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor]  # per layer (K, V); last logits
+Row = tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor]  # per layer (K, V) [heads, len, dim]; logits
+
+
+def kv_bytes(kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> int:
+    """Bytes of a row's K/V (what a prompt K/V store counts against its budget)."""
+    return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
 
 
 class PromptDisk:
