@@ -131,12 +131,12 @@ class InProcessBackend:
         if self.snapshots.owner not in self._weight_only:
             self.snapshots.clear()
 
-    def spill_prompts(self, folder: Any) -> None:
-        """Keep the baseline's prompt K/V on disk in ``folder`` too, and read from there what memory lacks
-        (``engine.spill``: beside a stored baseline, so a later run does not prefill its stored prompts again)."""
+    def spill_prompts(self, folder: Any, writable: bool = True) -> None:
+        """Read the baseline's prompt K/V from ``folder`` where memory lacks them, and (``writable``) keep them
+        there too (``engine.spill``: beside a stored baseline, so a later run does not prefill its prompts again)."""
         from evalsuite.engine.spill import PromptDisk
 
-        self.base_prompts.spill = PromptDisk(folder) if self.snapshot_bytes else None
+        self.base_prompts.spill = PromptDisk(folder, writable=writable) if self.snapshot_bytes else None
 
     def close(self) -> None:
         self._built.clear()

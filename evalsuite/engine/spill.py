@@ -40,11 +40,14 @@ def kv_bytes(kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> int:
 
 
 class PromptDisk:
-    """Prompt K/V rows in ``folder`` (created), written while it holds less than ``max_bytes``."""
+    """Prompt K/V rows in ``folder`` (created), written while it holds less than ``max_bytes``. ``writable=False``
+    only reads what is there (a strictly reused baseline, ``--baseline``: its folder is never written)."""
 
-    def __init__(self, folder: Path, max_bytes: int = SPILL_BYTES) -> None:
+    def __init__(self, folder: Path, max_bytes: int = SPILL_BYTES, writable: bool = True) -> None:
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.writable = writable
+        if writable:
+            self.folder.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self.used = sum(p.stat().st_size for p in self.folder.glob("*.safetensors"))
 
@@ -72,8 +75,8 @@ class PromptDisk:
     def put(self, key: Key, row: Row) -> bool:
         """Store ``row`` unless it is held or the budget is spent; whether it is on disk now."""
         path = self.path(key)
-        if path.exists():
-            return True
+        if path.exists() or not self.writable:
+            return path.exists()
         kv, last = row
         tensors = {"ids": torch.tensor(key, dtype=torch.int64), "layers": torch.tensor(len(kv)),
                    "last": last.contiguous()}

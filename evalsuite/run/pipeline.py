@@ -51,8 +51,9 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
 
             source = BaselineSource(baselines, identity.fingerprint, config.seed, config.batch_size,
                                     strict=strict_baseline, log=log, grow=grow_baseline)
-            if source.grow and hasattr(backend, "spill_prompts"):  # its prompt K/V beside its answers
-                backend.spill_prompts(source.prompt_folder(backend.settings()))
+            folder = source.prompt_folder(backend.settings()) if hasattr(backend, "spill_prompts") else None
+            if folder is not None and (source.grow or folder.is_dir()):  # its prompt K/V beside its answers
+                backend.spill_prompts(folder, writable=source.grow)  # a strictly reused one is only read
         runner = Runner(config, backend, tasks, store, progress=progress, log=log, baseline_source=source)
         runner.run(variants, rounds)
         if source is not None and source.grow:  # store the baseline's answers, the stored ones and the new

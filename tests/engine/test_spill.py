@@ -94,13 +94,13 @@ def test_a_stored_baselines_later_run_takes_its_prompt_kv_from_disk(tiny, tmp_pa
     reg.register("copy", CopyTask)
     root = tmp_path / "baselines"
 
-    def go(run, variants, baselines):
+    def go(run, variants, baselines, strict=False):
         config = RunConfig(model="tiny", variants=variants, tasks=["copy"], batch_size=4)
         fed, handle = _fed_tokens(tiny.model)
         try:
             store = execute(config, tmp_path / run, False, InProcessBackend.of(tiny, seed=config.seed),
                             progress=False, log=lambda s: None, registry=reg, baselines=baselines,
-                            grow_baseline=baselines is not None)
+                            strict_baseline=strict, grow_baseline=not strict)
         finally:
             handle.remove()
         return store, sum(fed)
@@ -110,11 +110,18 @@ def test_a_stored_baselines_later_run_takes_its_prompt_kv_from_disk(tiny, tmp_pa
     (kv,) = folder.iterdir()
     assert len(list(kv.glob("*.safetensors"))) == 6  # CopyTask's six prompts
     warm, fed_warm = go("warm", ["bf16", "kv4g32"], root)
+    # strict reuse (--baseline) reads the files too, and writes none: its folder may be a checked-in one
+    strict, fed_strict = go("strict", ["bf16", "kv8g32"], root, strict=True)
+    assert len(list(kv.glob("*.safetensors"))) == 6 and len(list(folder.iterdir())) == 1
     # the same run with the prompts prefilled again (the stored answers imported, the K/V files gone)
     for f in kv.glob("*.safetensors"):
         f.unlink()
     again, fed_again = go("again", ["bf16", "kv4g32"], root)
     assert fed_warm < fed_again
+    for f in kv.glob("*.safetensors"):  # "again" grew them back
+        f.unlink()
+    strict_again, fed_strict_again = go("strict-again", ["bf16", "kv8g32"], root, strict=True)
+    assert fed_strict < fed_strict_again and not list(kv.glob("*.safetensors"))  # nothing written back
     name = next(k.variant for k in warm.kld())  # kv4g32's full name
     a = {r.sample_id: r for r in warm.samples(name)}
     b = {r.sample_id: r for r in again.samples(name)}
