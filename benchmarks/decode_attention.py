@@ -1,9 +1,10 @@
 """Attention: transformers' SDPA against evalsuite's batch-invariant kernels (``evalsuite.models.attention``), side
 by side in one process on the same inputs.
 
-Three parts: the decode attention call alone at SmolLM2-135M's head shape (9 query heads over 3 K/V heads, head
+Four parts: the decode attention call alone at SmolLM2-135M's head shape (9 query heads over 3 K/V heads, head
 dim 64), with and without a padding mask (``cached_attention``: the values' own dtype where the probe allows, else
-``block_sum``); the prefill call of left-padded rows (masked SDPA against ``row_prefill``) at needle lengths; then
+``block_sum``); a teacher-forced chunk's call with the batch whole and in slices of rows (``SLICE_BYTES``); the
+prefill call of left-padded rows (masked SDPA against ``row_prefill``) at needle lengths; then
 the embedded model generating a task's answers through the engine (``iter_generate``, the refilled pool) under each
 kernel at two batch sizes: wall time, and how many answers are identical across the batch sizes (batch invariance).
 
@@ -57,6 +58,39 @@ def kernel_table(dtype: torch.dtype) -> None:
             print(f"  {str(dtype)[6:]:8} batch {batch:2} context {length:4} {label:12}: SDPA {t_sdpa:6.2f} ms "
                   f"(err {e_sdpa:.1e})  evalsuite {t_ours:6.2f} ms (err {e_ours:.1e}, "
                   f"{'values dtype' if exact else 'block_sum'})  {t_sdpa / t_ours:4.1f}x")
+
+
+def chunk_table(dtype: torch.dtype) -> None:
+    """A teacher-forced chunk (many queries per row over a cache, causal at the end, rows left-padded): the call
+    with the batch in one piece against slices of rows (``SLICE_BYTES``), alternating, best of three; the values
+    must be equal bit for bit."""
+    import evalsuite.models.attention as attention
+
+    heads, kv_heads, dim = 9, 3, 64
+    exact = dtype != torch.float32 and probe(dtype, (), dim).values
+    sliced = attention.SLICE_BYTES
+    for batch, n, length in ((32, 64, 300), (32, 100, 400), (16, 128, 1100), (16, 1, 2048)):
+        q = torch.randn(batch, heads, n, dim, dtype=dtype)
+        k, v = (torch.randn(batch, kv_heads, length, dim, dtype=dtype) for _ in range(2))
+        i, j = torch.arange(length), torch.arange(length - n, length)
+        mask = (i[None, :] <= j[:, None]).expand(batch, n, length).clone()
+        for row in range(batch):
+            mask[row, :, : (7 * row) % (length // 4)] = False  # left padding
+        mask = mask[:, None]
+        times: dict[int, list[float]] = {1 << 40: [], sliced: []}
+        outs = {}
+        with torch.inference_mode():
+            for _ in range(3):
+                for budget in times:
+                    attention.SLICE_BYTES = budget
+                    times[budget].append(per_call_ms(lambda: cached_attention(q, k, v, mask, dim ** -0.5, exact),
+                                                     n=5))
+                    outs[budget] = cached_attention(q, k, v, mask, dim ** -0.5, exact)
+        attention.SLICE_BYTES = sliced
+        whole, cut = min(times[1 << 40]), min(times[sliced])
+        print(f"  {str(dtype)[6:]:8} batch {batch:2} x {n:3} queries over {length:4} keys: whole batch {whole:6.1f} ms"
+              f"  sliced ({attention.slice_rows(heads, n, kv_heads, length)} rows) {cut:6.1f} ms  {whole / cut:4.2f}x"
+              f"  equal: {torch.equal(outs[1 << 40], outs[sliced])}")
 
 
 def prefill_table() -> None:
@@ -125,6 +159,9 @@ def main() -> None:
     print("attention call (ms per layer call):")
     for dtype in (torch.bfloat16, torch.float32):
         kernel_table(dtype)
+    print("chunk call, whole batch vs slices of rows (ms per layer call):")
+    for dtype in (torch.bfloat16, torch.float32):
+        chunk_table(dtype)
     print("prefill call of left-padded rows (ms per layer call, bf16):")
     prefill_table()
     if not args.skip_generate:

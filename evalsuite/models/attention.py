@@ -50,6 +50,8 @@ from evalsuite.models.invariance import (BLOCK, MIN_KEYS, MIN_ROWS, NAME, head_d
 SDPA_GQA = "evalsuite_sdpa_gqa"
 from evalsuite.models.packed import pack_linears
 
+#: bytes of one slice's float32 scores in ``cached_attention`` (measured: benchmarks/decode_attention.py)
+SLICE_BYTES = 1 << 20
 FIXED = 2.0 ** 24  #: the denominator's fixed-point grid (a float32 integer per key; exact sums up to 2**29 keys)
 _PREFILL: ContextVar[bool] = ContextVar("evalsuite_prompt_prefill", default=False)
 _LAST: list[Any] = [None, None, None]  #: ``_layout``'s last mask (a weak reference), key count, layout
@@ -68,9 +70,35 @@ def prompt_prefill() -> Iterator[None]:
 def cached_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
                      scaling: float, exact_values: bool) -> torch.Tensor:
     """query [B, H, n, D], key/value [B, KH, L, D] (H a multiple of KH), mask None or bool [B, 1, n, L] (True
-    attends). Returns [B, n, H, Dv]. ``exact_values``: see ``weighted_values`` (``one_matmul``)."""
-    b, h, n, d = query.shape
+    attends). Returns [B, n, H, Dv]. ``exact_values``: see ``weighted_values`` (``one_matmul``).
+
+    The batch runs in slices of rows whose float32 scores fit ``SLICE_BYTES`` (``slice_rows``): a chunk of many
+    queries makes [rows, K/V heads, queries, keys] tensors that ten elementwise passes would otherwise stream from
+    memory. Every operation below is per row (a batched matmul computes each batch entry alone, the reductions run
+    over one row's keys), so the slices give the same values bit for bit."""
+    b, h, n, _ = query.shape
     key, value, mask = _min_keys(key, value, mask, n)
+    layout = _layout(mask, b, n, key.shape[2], query.device)
+    step = slice_rows(h, n, key.shape[1], key.shape[2])
+    if step >= b:
+        return _attend(query, key, value, mask, layout, scaling, exact_values)
+    return torch.cat([_attend(query[s:s + step], key[s:s + step], value[s:s + step],
+                              None if mask is None else mask[s:s + step],
+                              (layout[0][s:s + step], layout[1][s:s + step]), scaling, exact_values)
+                      for s in range(0, b, step)])
+
+
+def slice_rows(heads: int, n: int, kv_heads: int, length: int) -> int:
+    """Batch rows per slice of ``cached_attention``: as many as keep one slice's float32 scores within
+    ``SLICE_BYTES`` (at least one)."""
+    per_row = kv_heads * max((heads // kv_heads) * n, MIN_ROWS) * length * 4
+    return max(1, SLICE_BYTES // per_row)
+
+
+def _attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+            layout: tuple[torch.Tensor, torch.Tensor], scaling: float, exact_values: bool) -> torch.Tensor:
+    """``cached_attention`` of some rows, their key columns' ``layout`` given (``_layout``)."""
+    b, h, n, d = query.shape
     kh, length = key.shape[1], key.shape[2]
     rows = (h // kh) * n
     q = query.reshape(b, kh, rows, d).float() * scaling  # query head j uses K/V head j // (h // kh), as repeat_kv
@@ -85,7 +113,7 @@ def cached_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     # the denominator exactly, so in any order: e on a grid of 2**-24 (integers in float32), summed in float64
     total = torch.round(e * FIXED).sum(-1, keepdim=True, dtype=torch.float64).float() / FIXED
     probs = e.div_(total.clamp(min=torch.finfo(torch.float32).tiny))
-    out = weighted_values(probs, value, mask, n, exact_values).to(value.dtype)
+    out = weighted_values(probs, value, layout, n, exact_values).to(value.dtype)
     return out.reshape(b, kh, h // kh, n, -1).reshape(b, h, n, -1).transpose(1, 2)
 
 
@@ -135,16 +163,16 @@ def _gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return flat.index_select(0, (start[:, :, None] + idx[:, None, :]).reshape(-1)).view(b, kh, -1, d)
 
 
-def weighted_values(probs: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, n: int, one_matmul: bool
-                    ) -> torch.Tensor:
+def weighted_values(probs: torch.Tensor, value: torch.Tensor, layout: tuple[torch.Tensor, torch.Tensor], n: int,
+                    one_matmul: bool) -> torch.Tensor:
     """probs [B, KH, R, L] (0 where masked) x value [B, KH, L, Dv], invariant to padding, holes and masked later
-    columns: each row's attended columns re-laid from column 0 (``_layout``: what differs between two layouts of the
-    same row is then only masked columns at the end), at least ``MIN_ROWS`` rows. ``one_matmul``: one matmul in the
+    columns: each row's attended columns re-laid from column 0 (``layout``, from ``_layout``: what differs between two
+    layouts of the same row is then only masked columns at the end), at least ``MIN_ROWS`` rows. ``one_matmul``: one matmul in the
     values' dtype (its reduction ignores trailing zero columns, per ``models.invariance.probe``); otherwise float32
     in fixed-size blocks of ``BLOCK`` keys, the blocks' partial sums added in order (trailing blocks of masked keys
     add exact zeros). Returns [B, KH, R, Dv]."""
     b, kh, rows, length = probs.shape
-    idx, allowed = _layout(mask, b, n, length, probs.device)
+    idx, allowed = layout
     width, dv = idx.shape[1], value.shape[-1]
     r = max(rows, MIN_ROWS)
     p = probs.gather(-1, idx[:, None, None, :].expand(b, kh, rows, width))

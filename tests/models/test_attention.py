@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from evalsuite.models.attention import (NAME, attention_forward, cached_attention, prompt_prefill, row_prefill,
                                         use_invariant_kernels)
-from evalsuite.models.invariance import probe
+from evalsuite.models.invariance import MIN_ROWS, probe
 from tests.conftest import make_tiny_model
 
 
@@ -66,6 +66,25 @@ def test_a_query_reads_the_same_whatever_else_the_tensor_holds(dtype):
         mask[1, 0, j, 66:66 + j] = True
     got = cached_attention(q2, k2, v2, mask, 0.2, _exact(dtype))
     assert torch.equal(got[1, 0], alone[0, 0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [1, 7])
+def test_slicing_the_batch_changes_no_bit(monkeypatch, dtype, n):
+    """A chunk's scores are cut into slices of rows (``SLICE_BYTES``): a row per slice, two, or the whole batch at
+    once give the same values bit for bit, masks with padding and holes included."""
+    import evalsuite.models.attention as attention
+
+    q, k, v = _qkv(5, 4, 2, n, 90, dtype, seed=7)
+    mask = _chunk_mask([0, 4, 9, 30, 2], n, 90)
+    mask[2, :, :, 40:43] = False  # masked holes inside a row
+    per_row = 2 * max(2 * n, MIN_ROWS) * 90 * 4  # K/V heads x score rows x keys x float32 bytes
+    out = []
+    for budget, rows in ((1, 1), (2 * per_row, 2), (1 << 40, 5)):
+        monkeypatch.setattr(attention, "SLICE_BYTES", budget)
+        assert min(attention.slice_rows(4, n, 2, 90), 5) == rows
+        out.append(cached_attention(q, k, v, mask, 0.2, _exact(dtype)))
+    assert all(torch.equal(out[0], o) for o in out[1:])
 
 
 def _prefill_mask(pads: list[int], n: int, prefix: int = 0) -> torch.Tensor:
