@@ -78,14 +78,12 @@ def cached_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     over one row's keys), so the slices give the same values bit for bit."""
     b, h, n, _ = query.shape
     key, value, mask = _min_keys(key, value, mask, n)
-    layout = _layout(mask, b, n, key.shape[2], query.device)
+    idx, allowed = _layout(mask, b, n, key.shape[2], query.device)
     step = slice_rows(h, n, key.shape[1], key.shape[2])
-    if step >= b:
-        return _attend(query, key, value, mask, layout, scaling, exact_values)
-    return torch.cat([_attend(query[s:s + step], key[s:s + step], value[s:s + step],
-                              None if mask is None else mask[s:s + step],
-                              (layout[0][s:s + step], layout[1][s:s + step]), scaling, exact_values)
-                      for s in range(0, b, step)])
+    masks = mask.split(step) if mask is not None else [None] * -(-b // step)
+    parts = [_attend(q, k, v, m, (i, a), scaling, exact_values) for q, k, v, m, i, a in
+             zip(query.split(step), key.split(step), value.split(step), masks, idx.split(step), allowed.split(step))]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def slice_rows(heads: int, n: int, kv_heads: int, length: int) -> int:
@@ -167,10 +165,10 @@ def weighted_values(probs: torch.Tensor, value: torch.Tensor, layout: tuple[torc
                     one_matmul: bool) -> torch.Tensor:
     """probs [B, KH, R, L] (0 where masked) x value [B, KH, L, Dv], invariant to padding, holes and masked later
     columns: each row's attended columns re-laid from column 0 (``layout``, from ``_layout``: what differs between two
-    layouts of the same row is then only masked columns at the end), at least ``MIN_ROWS`` rows. ``one_matmul``: one matmul in the
-    values' dtype (its reduction ignores trailing zero columns, per ``models.invariance.probe``); otherwise float32
-    in fixed-size blocks of ``BLOCK`` keys, the blocks' partial sums added in order (trailing blocks of masked keys
-    add exact zeros). Returns [B, KH, R, Dv]."""
+    layouts of the same row is then only masked columns at the end), at least ``MIN_ROWS`` rows. ``one_matmul``: one
+    matmul in the values' dtype (its reduction ignores trailing zero columns, per ``models.invariance.probe``); else
+    float32 in fixed-size blocks of ``BLOCK`` keys, the blocks' partial sums added in order (trailing blocks of
+    masked keys add exact zeros). Returns [B, KH, R, Dv]."""
     b, kh, rows, length = probs.shape
     idx, allowed = layout
     width, dv = idx.shape[1], value.shape[-1]
