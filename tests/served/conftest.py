@@ -1,8 +1,9 @@
 """Served-engine tests. Tests marked ``vllm`` run real vLLM servers (the embedded model); tests marked ``llmc`` make
 llm-compressor artifacts in ``.venv-llmc``. ``make test`` builds both venvs and runs them (``EVALSUITE_VLLM_TESTS=1``);
 ``-m vllm`` / ``-m llmc`` (``make test-vllm``) select them too. A bare ``pytest`` deselects them (not skips), so a
-checkout without the side venvs still runs the rest. When selected they never skip: a missing venv or a server that
-does not start fails the tests, with the one line that says why. Each server starts once per test session."""
+checkout without the side venvs still runs the rest. When selected they never skip for want of set-up: a missing
+venv or a server that does not start fails the tests, with the one line that says why (the fp8-KV KLD test skips
+on a CPU vLLM cannot run an FP8 KV cache on: ``variant_text``). Each server starts once per test session."""
 from __future__ import annotations
 
 import os
@@ -58,18 +59,32 @@ def vllm_python_path() -> str:
     return python
 
 
+def variant_text(python: str) -> str:
+    """The session's variant server: vLLM's FP8 KV cache (``vkvf8``) where its backend runs one (a GPU, or a CPU
+    with AVX-512 or AMX), else the baseline's model in eager mode (the run and resume tests need a second server;
+    ``test_vllm_cpu_refusal`` checks that ``vkvf8`` is refused in one line there)."""
+    from evalsuite.onednn import cpu_flags
+    from evalsuite.served.vllm.backend import fp8_kv_runs
+    from evalsuite.served.vllm.server import vllm_version
+
+    return "vkvf8" if vllm_version(python)[1] != "cpu" or fp8_kv_runs(cpu_flags()) else 'vllm:"--enforce-eager"#eager'
+
+
 @pytest.fixture(scope="session")
 def vllm_servers(base_folder: str, vllm_python_path: str,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """The baseline (bf16) and the fp8-KV server, started once for the whole session (side by side). A server that
-    exits or is not healthy within ``STARTUP_S`` fails every test using it with its log's last line (cached by
-    pytest: no second attempt). Tests may replace a server in ``servers``; whatever is there is stopped at the end."""
+    """The baseline (bf16) and a variant (``variant_text``: fp8 KV where it runs), started once for the whole
+    session (side by side). A server that exits or is not healthy within ``STARTUP_S`` fails every test using it
+    with its log's root-cause line (cached by pytest: no second attempt). Tests may replace a server in
+    ``servers``; whatever is there is stopped at the end."""
     from evalsuite.errors import EvalsuiteError
     from evalsuite.served.vllm.server import VllmServer
     from evalsuite.served.vllm.specs import parse_served
 
     logs = tmp_path_factory.mktemp("vllm-logs")
-    specs = {s.name: s for s in (parse_served("bf16", base_folder), parse_served("vkvf8", base_folder))}
+    specs = {s.name: s for s in (parse_served("bf16", base_folder),
+                                 parse_served(variant_text(vllm_python_path), base_folder))}
+    variant = next(n for n in specs if n != "bf16")
     servers = {n: VllmServer(vllm_python_path, s.model, s.flags, Path(logs) / f"{n}.log", name=n)
                for n, s in specs.items()}
     try:
@@ -80,7 +95,8 @@ def vllm_servers(base_folder: str, vllm_python_path: str,
                 s.ready(STARTUP_S)
         except EvalsuiteError as exc:
             pytest.fail(str(exc), pytrace=False)
-        yield {"specs": specs, "servers": servers, "python": vllm_python_path, "logs": Path(logs)}
+        yield {"specs": specs, "servers": servers, "python": vllm_python_path, "logs": Path(logs),
+               "variant": variant}
     finally:
         for s in servers.values():
             s.terminate()

@@ -44,6 +44,8 @@ def _answer(client: EndpointClient, prompt: str, tokenizer, n: int = 12) -> tupl
 def test_fp8_kv_kld_reads_the_quantized_cache(vllm_servers: dict, tokenizer) -> None:
     """One prefill over prompt + answer: bf16 against itself is exactly 0, fp8 KV is not (the CPU backend attends
     over the fp8 paged cache in prefill too); top-k + rest is a lower bound on the exact value."""
+    if vllm_servers["variant"] != "vkvf8":
+        pytest.skip("vLLM's CPU backend runs an FP8 KV cache only with AVX-512 or AMX; this CPU has neither")
     base, fp8 = (_client(vllm_servers["servers"][n]) for n in ("bf16", "vkvf8"))
     p_ids, a_ids = _answer(base, "The three primary colors are", tokenizer)
     ids = p_ids + a_ids
@@ -62,14 +64,16 @@ def test_fp8_kv_kld_reads_the_quantized_cache(vllm_servers: dict, tokenizer) -> 
 
 
 def test_run_gates_fp8_kv(vllm_servers: dict, tmp_path: Path) -> None:
-    """A whole run on the session's servers: both sides served, KLD per row, flags and version in the meta."""
+    """A whole run on the session's servers: both sides served, KLD per row, flags and version in the meta (the
+    variant is fp8 KV where this machine's vLLM runs it, else the baseline in eager mode)."""
     from evalsuite.core.config import RunConfig
     from evalsuite.run.pipeline import execute
     from evalsuite.core.store import Store
     from evalsuite.served.vllm.backend import VllmBackend
 
-    run_dir = tmp_path / "run"
-    config = RunConfig(variants=["bf16", "vkvf8"], tasks=["reasoning"], limit=3, batch_size=4)
+    run_dir, name = tmp_path / "run", vllm_servers["variant"]
+    config = RunConfig(variants=["bf16", vllm_servers["specs"][name].spec], tasks=["reasoning"], limit=3,
+                       batch_size=4)
     backend = VllmBackend("default", workdir=run_dir, python=vllm_servers["python"],
                           external=vllm_servers["servers"])
     execute(config, run_dir, resume=False, backend=backend, progress=False, log=lambda _: None).close()
@@ -77,10 +81,12 @@ def test_run_gates_fp8_kv(vllm_servers: dict, tmp_path: Path) -> None:
     store = Store.open(run_dir)
     meta = store.meta()
     assert meta["settings"]["backend"] == "vllm" and meta["settings"]["vllm_version"] and meta["settings"]["device"]
-    assert meta["settings"]["servers"]["vkvf8"]["flags"] == ["--kv-cache-dtype", "fp8"]
-    assert "per-tensor" in meta["settings"]["servers"]["vkvf8"]["kv_scheme"]
-    assert len(store.samples("bf16", "reasoning")) == 3 and len(store.samples("vkvf8", "reasoning")) == 3
-    rows = store.kld("vkvf8")
+    assert meta["settings"]["servers"][name]["flags"] == list(vllm_servers["specs"][name].flags)
+    if name == "vkvf8":
+        assert meta["settings"]["servers"][name]["flags"] == ["--kv-cache-dtype", "fp8"]
+        assert "per-tensor" in meta["settings"]["servers"][name]["kv_scheme"]
+    assert len(store.samples("bf16", "reasoning")) == 3 and len(store.samples(name, "reasoning")) == 3
+    rows = store.kld(name)
     assert len(rows) == 3 and all(r.method in (skld.FULL, skld.TOPK) and r.n_tokens > 0 for r in rows)
     assert (run_dir / "served.json").exists()
 
@@ -100,7 +106,7 @@ def test_failed_start_is_one_line(vllm_servers: dict, base_folder: str, tmp_path
 def test_server_dying_mid_run_leaves_a_resumable_run(vllm_servers: dict, tmp_path: Path) -> None:
     """The variant's server is killed (SIGKILL) after its first answers are stored: the run stops with one line
     (exit 2), every stored row is intact, and ``--resume`` on a fresh server completes it. Kills the session's
-    vkvf8 server and puts a fresh one in its place (so keep this test last in the file)."""
+    variant server and puts a fresh one in its place (so keep this test last in the file)."""
     import os
     import signal
 
@@ -111,21 +117,22 @@ def test_server_dying_mid_run_leaves_a_resumable_run(vllm_servers: dict, tmp_pat
     from evalsuite.served.vllm.server import VllmServer
     from tests.served.conftest import STARTUP_S
 
-    servers = vllm_servers["servers"]
+    servers, victim = vllm_servers["servers"], vllm_servers["variant"]
     killed: list[int] = []
 
     class DyingServer(VllmBackend):
         def generate(self, variant, name, task, indices, batch_size):
             for rows in super().generate(variant, name, task, indices, batch_size):
                 yield rows  # the Runner stores these before asking for more
-                if name == "vkvf8" and not killed:
-                    proc = servers["vkvf8"].proc
+                if name == victim and not killed:
+                    proc = servers[victim].proc
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(30)
                     killed.append(proc.pid)
 
     run_dir = tmp_path / "run"
-    config = RunConfig(variants=["bf16", "vkvf8"], tasks=["reasoning"], limit=6, batch_size=2)
+    config = RunConfig(variants=["bf16", vllm_servers["specs"][victim].spec], tasks=["reasoning"], limit=6,
+                       batch_size=2)
     backend = DyingServer("default", workdir=run_dir, python=vllm_servers["python"], external=servers)
     with pytest.raises(EvalsuiteError) as exc:
         execute(config, run_dir, resume=False, backend=backend, progress=False, log=lambda _: None)
@@ -134,17 +141,17 @@ def test_server_dying_mid_run_leaves_a_resumable_run(vllm_servers: dict, tmp_pat
     print(f"\nafter the kill: {msg}")
     store = Store.open(run_dir)
     base_rows = {r.sample_id: r for r in store.samples("bf16", "reasoning")}
-    kept = {r.sample_id: r for r in store.samples("vkvf8", "reasoning")}
+    kept = {r.sample_id: r for r in store.samples(victim, "reasoning")}
     store.close()
     assert len(base_rows) == 6 and 1 <= len(kept) < 6, (len(base_rows), len(kept))
 
-    spec = vllm_servers["specs"]["vkvf8"]
-    servers["vkvf8"] = VllmServer(vllm_servers["python"], spec.model, spec.flags,
-                                  vllm_servers["logs"] / "vkvf8-restarted.log", name="vkvf8").start(STARTUP_S)
+    spec = vllm_servers["specs"][victim]
+    servers[victim] = VllmServer(vllm_servers["python"], spec.model, spec.flags,
+                                 vllm_servers["logs"] / f"{victim}-restarted.log", name=victim).start(STARTUP_S)
     backend = VllmBackend("default", workdir=run_dir, python=vllm_servers["python"], external=servers)
     execute(config, run_dir, resume=True, backend=backend, progress=False, log=lambda _: None).close()
     store = Store.open(run_dir)
-    after = {r.sample_id: r for r in store.samples("vkvf8", "reasoning")}
+    after = {r.sample_id: r for r in store.samples(victim, "reasoning")}
     assert len(after) == 6 and all(after[i] == kept[i] for i in kept)  # stored rows kept as they were
     assert {r.sample_id: r for r in store.samples("bf16", "reasoning")} == base_rows
-    assert len(store.kld("vkvf8")) == 6
+    assert len(store.kld(victim)) == 6

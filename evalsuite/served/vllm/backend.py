@@ -33,23 +33,44 @@ from evalsuite.tasks.base import TaskContext
 #: weight quantizations vLLM's CPU build cannot run (0.32: ``--quantization fp8`` dies loading the weights with
 #: "_C::static_scaled_fp8_quant() expected at most 0 argument(s)": the FP8 quantize kernel is CUDA/ROCm only)
 NO_CPU_QUANTIZATION = ("fp8", "fp8_per_tensor")  # fp8 is vLLM 0.32's deprecated alias of fp8_per_tensor
+#: what vLLM's CPU attention needs for an FP8 KV cache (0.32, ``cpu_attn._get_attn_isa``: torch's AVX-512 level,
+#: i.e. these four flags, or AMX tiles); without them the server dies after its ~5-minute warm-up
+FP8_KV_AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
 
 
-def refuse_unsupported(specs: Sequence[ServedVariant], device: str, version: str) -> None:
-    """One line (exit 2) for a variant the device's vLLM cannot serve, before any server starts."""
+def flag_values(flags: Sequence[str], name: str) -> list[str]:
+    """The values of ``name`` in a server's flags, written ``--name VALUE`` or ``--name=VALUE``."""
+    values = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == name]
+    return values + [f.split("=", 1)[1] for f in flags if f.startswith(name + "=")]
+
+
+def fp8_kv_runs(cpu: set[str]) -> bool:
+    """Whether vLLM's CPU backend can run an FP8 KV cache on a CPU with these feature flags."""
+    return FP8_KV_AVX512 <= cpu or "amx_tile" in cpu
+
+
+def refuse_unsupported(specs: Sequence[ServedVariant], device: str, version: str,
+                       cpu: set[str] | None = None) -> None:
+    """One line (exit 2) for a variant the device's vLLM cannot serve, before any server starts. ``cpu``: this
+    machine's feature flags (default ``/proc/cpuinfo``'s; vLLM's servers run here)."""
     from evalsuite.errors import EvalsuiteError
+    from evalsuite.onednn import cpu_flags
 
     if device != "cpu":
         return
+    cpu = cpu_flags() if cpu is None else cpu
     for spec in specs:
-        flags = list(spec.flags)
-        quant = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == "--quantization"]
-        quant += [f.split("=", 1)[1] for f in flags if f.startswith("--quantization=")]
-        bad = [q for q in quant if q.lower() in NO_CPU_QUANTIZATION]
+        bad = [q for q in flag_values(spec.flags, "--quantization") if q.lower() in NO_CPU_QUANTIZATION]
         if bad:
             raise EvalsuiteError(f"variant {spec.name!r} needs --quantization {bad[0]}, which vLLM {version} on "
                                  f"this CPU cannot run (its FP8 weight kernels are GPU-only); serve an FP8 "
                                  f"checkpoint on a GPU, or a compressed-tensors INT8/INT4 one with ckpt:")
+        fp8 = [d for d in flag_values(spec.flags, "--kv-cache-dtype") if d.lower().startswith("fp8")]
+        if fp8 and not fp8_kv_runs(cpu):
+            raise EvalsuiteError(f"variant {spec.name!r} needs --kv-cache-dtype {fp8[0]}, which vLLM {version} "
+                                 f"runs on a CPU only with AVX-512 (avx512f/bw/vl/dq) or AMX, and this one has "
+                                 f"neither; gate it on such a CPU or a GPU, or gate evalsuite's own kvf8e4 "
+                                 f"in-process")
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
 Each server is ``PYTHON -m vllm.entrypoints.openai.api_server --model MODEL`` on a free loopback port, in its own
 process group, its output in a log file. ``start`` waits for ``/health`` with a timeout; a server that exits or never
-gets healthy is a one-line EvalsuiteError carrying its log's last line. Every started server is stopped (SIGTERM to its
-process group, then SIGKILL) by ``stop``, at interpreter exit, and on SIGTERM/SIGHUP; Ctrl-C raises
-KeyboardInterrupt, whose unwinding reaches the same ``stop``.
+gets healthy is a one-line EvalsuiteError carrying its log's root cause (``failure_line``). Every started server is
+stopped (SIGTERM to its process group, then SIGKILL) by ``stop``, at interpreter exit, and on SIGTERM/SIGHUP; Ctrl-C
+raises KeyboardInterrupt, whose unwinding reaches the same ``stop``.
 
 Which Python has vLLM: ``--vllm-python``, else ``$EVALSUITE_VLLM_PYTHON``, else the venv ``make vllm`` builds
 (``.venv-vllm`` in the project root, or ``$EVALSUITE_VLLM_VENV``).
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -65,13 +66,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def last_line(path: Path) -> str:
-    """The last non-empty line of a log (what a failed start is explained by)."""
+_EXCEPTION = re.compile(r"\b([A-Z]\w*(?:Error|Exception): .+)$")
+
+
+def failure_line(path: Path) -> str:
+    """What a failed start is explained by: the first exception line after the log's first traceback (vLLM's
+    root cause, e.g. ``NotImplementedError: FP8 KV cache on CPU requires ...``, logged before the engine's own
+    "initialization failed" errors and shutdown warnings), else the last non-empty line (e.g. argparse's)."""
     try:
         lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return "no log"
-    return lines[-1][:300] if lines else "empty log"
+    start = next((i for i, ln in enumerate(lines) if "Traceback (most recent call last)" in ln), len(lines))
+    root = next((m.group(1) for ln in lines[start:] if (m := _EXCEPTION.search(ln))), None)
+    return (root or (lines[-1] if lines else "empty log"))[:300]
 
 
 @dataclass
@@ -131,7 +139,7 @@ class VllmServer:
             if code is not None:
                 self.stop()
                 raise EvalsuiteError(f"vLLM server {self.name!r} exited ({code}) before it was healthy: "
-                                     f"{last_line(self.log_path)} (log: {self.log_path})")
+                                     f"{failure_line(self.log_path)} (log: {self.log_path})")
             try:
                 if requests.get(f"http://127.0.0.1:{self.port}/health", timeout=5).status_code == 200:
                     return
@@ -140,7 +148,7 @@ class VllmServer:
             if time.monotonic() - t0 > timeout_s:
                 self.stop()
                 raise EvalsuiteError(f"vLLM server {self.name!r} not healthy after {timeout_s:.0f} s: "
-                                     f"{last_line(self.log_path)} (log: {self.log_path})")
+                                     f"{failure_line(self.log_path)} (log: {self.log_path})")
             time.sleep(1.0)
 
     def alive(self) -> bool:
