@@ -26,6 +26,7 @@ def test_mapping(tmp_path: Path) -> None:
     raw = parse_served('vllm:"--kv-cache-dtype fp8 --block-size 32"#kvb32', base)
     assert raw.name == "kvb32" and raw.flags == ("--kv-cache-dtype", "fp8", "--block-size", "32")
     assert "fp8" in raw.kv_scheme
+    assert "fp8_e5m2" in parse_served('vllm:"--kv-cache-dtype=fp8_e5m2"#k', base).kv_scheme  # the = form too
 
 
 def test_ckpt(tmp_path: Path) -> None:

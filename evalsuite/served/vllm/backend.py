@@ -26,7 +26,7 @@ from evalsuite.served.pairing import check_served_pairing
 from evalsuite.served.vllm import kld as skld
 from evalsuite.served.vllm.server import VllmServer, vllm_python, vllm_version
 from evalsuite.served.vllm.sizes import kv_bytes_per_token, served_weight_bytes
-from evalsuite.served.vllm.specs import ServedVariant, served_variants
+from evalsuite.served.vllm.specs import ServedVariant, flag_values, served_variants
 from evalsuite.tasks.base import TaskContext
 
 
@@ -36,12 +36,6 @@ NO_CPU_QUANTIZATION = ("fp8", "fp8_per_tensor")  # fp8 is vLLM 0.32's deprecated
 #: what vLLM's CPU attention needs for an FP8 KV cache (0.32, ``cpu_attn._get_attn_isa``: torch's AVX-512 level,
 #: i.e. these four flags, or AMX tiles); without them the server dies after its ~5-minute warm-up
 FP8_KV_AVX512 = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
-
-
-def flag_values(flags: Sequence[str], name: str) -> list[str]:
-    """The values of ``name`` in a server's flags, written ``--name VALUE`` or ``--name=VALUE``."""
-    values = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == name]
-    return values + [f.split("=", 1)[1] for f in flags if f.startswith(name + "=")]
 
 
 def fp8_kv_runs(cpu: set[str]) -> bool:

@@ -12,6 +12,7 @@ Which Python has vLLM: ``--vllm-python``, else ``$EVALSUITE_VLLM_PYTHON``, else 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import re
 import signal
@@ -43,9 +44,10 @@ def vllm_python(explicit: str | None = None) -> str:
     return path
 
 
+@functools.lru_cache(maxsize=None)
 def vllm_version(python: str) -> tuple[str, str]:
     """(vLLM's version, its platform's device type: cpu, cuda ...) in ``python`` (one line naming ``make vllm``
-    when it has none)."""
+    when it has none). Asked once per interpreter and process: importing vLLM takes seconds."""
     code = ("import vllm; from vllm.platforms import current_platform as p; "
             "print(vllm.__version__, p.device_type or 'unknown')")
     try:

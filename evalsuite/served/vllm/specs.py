@@ -66,6 +66,12 @@ class ServedVariant:
                 "flags": list(self.flags), "kv_scheme": self.kv_scheme}
 
 
+def flag_values(flags: Sequence[str], name: str) -> list[str]:
+    """The values of ``name`` in a server's flags, written ``--name VALUE`` or ``--name=VALUE``."""
+    values = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == name]
+    return values + [f.split("=", 1)[1] for f in flags if f.startswith(name + "=")]
+
+
 def _refusal(text: str, why: str) -> EvalsuiteError:
     """Evalsuite's spec ``text`` has no vLLM equivalent (one line)."""
     return EvalsuiteError(f"variant {text!r} cannot be served by vLLM: {why}")
@@ -99,7 +105,7 @@ def _raw(text: str, args: VllmArgs, base_model: str) -> ServedVariant:
     if "--model" in flags or "--port" in flags or "--host" in flags:
         raise EvalsuiteError(f"bad served variant {text!r}: --model/--host/--port are set by evalsuite "
                              f"(serve another model with ckpt:FOLDER)")
-    dtype = flags[flags.index("--kv-cache-dtype") + 1] if "--kv-cache-dtype" in flags[:-1] else ""
+    dtype = next(iter(flag_values(flags, "--kv-cache-dtype")), "")
     scheme = f"vLLM {dtype} KV cache (raw flags)" if dtype and dtype != "auto" else BASE_KV
     return ServedVariant(name=args.name, model=base_model, flags=flags, kv_scheme=scheme, spec=text)
 
