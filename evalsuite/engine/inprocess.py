@@ -17,7 +17,8 @@ from evalsuite.onednn import isa_setting
 from evalsuite.models.invariance import invariant
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
-from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills, plain_dynamic, plan_batches
+from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills, plain_dynamic
+from evalsuite.engine.forced import plan_passes
 from evalsuite.engine.generate import Generation, cut_at_stop, encode_prompts, iter_generate, shared_prefix_len
 from evalsuite.engine.generate import stop_ids
 from evalsuite.engine.kld import BaselineLogprobCache, baseline_answer_logprobs, kld_batches, teacher_forced_kld
@@ -258,11 +259,13 @@ class InProcessBackend:
         built, prompts, tok = self.built(variant), self.prompts(task), self.loaded.tokenizer
         keys = [tuple(x) for x in encode_prompts(tok, [prompts[i] for i in indices])]
         p = self.prefix_len(task)
+        prefills = self._prefills(built)
         if self.weight_only(built):  # its prefills serve a "+kv" sibling next
             self.snapshots = self.prompt_kv.part("variant", owner=name)
-        # length-sorted batches of at most batch_size rows and max_batch_tokens padded (prompt + answer) tokens;
-        # their diverged rows' tails decode together across batches (``verify.pooled``)
-        plan = plan_batches([len(k) + len(r.ids) for k, r in zip(keys, refs)], batch_size, self.max_batch_tokens)
+        # batches of at most batch_size rows and max_batch_tokens padded (prompt + answer) tokens that pad least
+        # (``forced.plan_passes``); their diverged rows' tails decode together across batches (``verify.pooled``)
+        plan = plan_passes([len(k) - p for k in keys], [len(r.ids) for r in refs], prefills, batch_size,
+                           self.max_batch_tokens)
         checked = ((js, self._check_batch(built, task, [keys[j] for j in js], [refs[j] for j in js], p,
                                           [task.samples[indices[j]].id for j in js])) for js in plan)
         tails = lambda batches: finish(batches, built.model, tok, lambda: built.make_cache(False),  # noqa: E731
@@ -271,16 +274,29 @@ class InProcessBackend:
             yield [self._verified_row(task, indices[j], name, outputs[j], v) for js, out in group
                    for j, v in zip(js, out)]
 
+    def _prefills(self, built: BuiltVariant) -> bool:
+        """Whether ``built``'s passes prefill their prompts (no prompt K/V of the same weights to start from)."""
+        if not exact_prefill(built.make_cache()):
+            return True
+        if built.model is self.loaded.model:
+            return False
+        sibling = self._weight_only.get(self.snapshots.owner) == (built.spec.weights, built.spec.artifact)
+        return self.weight_only(built) or not sibling
+
     def _check_batch(self, built: BuiltVariant, task: PreparedTask, keys: list[tuple[int, ...]],
                      refs: list[Reference], p: int, ids: list[str]) -> Checked:
         base_model, tok = self.loaded.model, self.loaded.tokenizer
         rows, head = [list(k[p:]) for k in keys], list(keys[0][:p])
-        snap = self.base_prompts.take(keys, keep=True)  # the baseline's prompt K/V from its generation
-        base = Side(base_model, lambda keep: None, encode_prefix(base_model, head) if snap is None else None, snap)
+
+        def base_rows(js: list[int]) -> list[Any]:  # the rows no earlier variant's batch gave the baseline's side of
+            snap = self.base_prompts.take([keys[j] for j in js], keep=True)  # its prompt K/V from its generation
+            base = Side(base_model, lambda keep: None, encode_prefix(base_model, head) if snap is None else None,
+                        snap)
+            return baseline_logprobs(base, [rows[j] for j in js], [refs[j] for j in js], tok.pad_token_id)
+
         with observe_prefills(self.base_prompts.observe if self.snapshot_bytes else None):  # a reused baseline
-            base_lp = self._base_lp.get_rows((task.name, "verify", tuple(ids)),  # keeps them from this prefill
-                                             lambda: baseline_logprobs(base, rows, refs, tok.pad_token_id))
-        snap = snap or self.base_prompts.take(keys, keep=True)
+            base_lp = self._base_lp.get_each([(task.name, "verify", i) for i in ids], base_rows)  # kept per row
+        snap = self.base_prompts.take(keys, keep=True)
         if built.model is not base_model:  # a sibling's: the weight-only variant of the same weights, run before
             same = self._weight_only.get(self.snapshots.owner) == (built.spec.weights, built.spec.artifact)
             snap = self.snapshots.take(keys, keep=True) if same else None

@@ -44,6 +44,18 @@ class BaselineLogprobCache:
             self.used += size
         return rows
 
+    def get_each(self, keys: Sequence[Any], compute: Callable[[list[int]], list[torch.Tensor]]
+                 ) -> list[torch.Tensor]:
+        """Per-row bf16 log-probs kept row by row (a verification pass's baseline side): ``compute(missing)`` gives
+        the rows of ``keys`` not kept yet, so a variant whose batches differ reuses what an earlier one computed."""
+        missing = [i for i, k in enumerate(keys) if k not in self._store]
+        got = dict(zip(missing, (r.to(torch.bfloat16) for r in compute(missing)))) if missing else {}
+        for i, row in got.items():
+            if self.used + row.numel() * 2 <= self.max_bytes:
+                self._store[keys[i]] = row
+                self.used += row.numel() * 2
+        return [got[i] if i in got else self._store[k] for i, k in enumerate(keys)]
+
     def get(self, key: Any, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
         if key in self._store:
             return self._store[key].float()

@@ -199,3 +199,20 @@ def test_a_kv_sibling_run_after_its_weight_only_variant_is_released_still_takes_
     run_model(tiny, tmp_path / "other", ("bf16", "w8", "w4g32+kv4g32r8"), tasks=tasks,
               backend=InProcessBackend.of(tiny))
     assert not any(ok for owner, ok in served if owner == "w8")
+
+
+def test_the_baselines_side_is_computed_once_per_sample_across_variants(tokenizer, tmp_path, monkeypatch):
+    """A weight-only variant's passes are batched by prompt + answer (it prefills), a KV-only one's by answer:
+    the baseline's log-probs are still computed once per sample, and the answers are regeneration's."""
+    from evalsuite.engine import inprocess
+
+    loaded, tasks, counted = fp32_tiny(tokenizer), prepared(n=8, seed=3), []
+    real = inprocess.baseline_logprobs
+    monkeypatch.setattr(inprocess, "baseline_logprobs",
+                        lambda base, rows, refs, pad: counted.append(len(rows)) or real(base, rows, refs, pad))
+    variants = ("bf16", "w4g32", "kv4g32r8", "w4g32+kv4g32r8")
+    on = run_model(loaded, tmp_path / "on", variants, tasks=tasks, batch_size=3)
+    assert sum(counted) == 8
+    off = run_model(loaded, tmp_path / "off", variants, tasks=tasks, verify=False)
+    for v in variants:
+        assert {r.sample_id: r.output for r in on.samples(v)} == {r.sample_id: r.output for r in off.samples(v)}
