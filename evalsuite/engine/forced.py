@@ -87,9 +87,10 @@ def chunk_len(count: int, left: int, block: int | None) -> int:
 #: a forward's fixed cost in padded token slots (~0.1 s per forward of SmolLM2-135M against ~2.5 ms per token at
 #: prefill widths on a 2-core CPU) times the forwards a batch's pass takes (prefill, answer chunks, baseline side)
 BATCH_OVERHEAD = 160
-#: keys a token attends to per Linear-equivalent: attention over ``P`` cached keys costs about ``P / ATTEND_KEYS``
-#: of a token's projections (4 x hidden FLOPs per key and layer against ~2 x parameters)
-ATTEND_KEYS = 4000
+#: attention over ``P`` cached keys costs about ``P / ATTEND_KEYS`` of a token's projections (measured: an answer
+#: token of SmolLM2-135M on a 2-core AVX2 CPU, fp32, ~1.9 ms more at 1,000 keys than its ~2.2 ms of projections;
+#: a quantized cache dequantizes every key too). 1,000 ran needle's passes 5-10% faster than 4,000 (the FLOP count)
+ATTEND_KEYS = 1000
 
 
 def plan_passes(prompt_lens: Sequence[int], answer_lens: Sequence[int], prefill: bool, max_batch: int,
