@@ -105,10 +105,10 @@ def plan_passes(prompt_lens: Sequence[int], answer_lens: Sequence[int], prefill:
     With batch-invariant kernels the batching changes no value (``models.invariance``)."""
     n = len(prompt_lens)
 
-    def key(i: int) -> float:
-        return (prompt_lens[i] if prefill else 0) + answer_lens[i] * (1 + prompt_lens[i] / ATTEND_KEYS)
+    def slots(prompt: int, answer: int) -> float:  # one row's cost in a batch of these widths
+        return (prompt if prefill else 0) + answer * (1 + prompt / ATTEND_KEYS)
 
-    order = sorted(range(n), key=lambda i: (key(i), i))
+    order = sorted(range(n), key=lambda i: (slots(prompt_lens[i], answer_lens[i]), i))
     best, cut = [0.0] + [math.inf] * n, [0] * (n + 1)
     for j in range(1, n + 1):
         top_p = top_a = 0
@@ -117,7 +117,7 @@ def plan_passes(prompt_lens: Sequence[int], answer_lens: Sequence[int], prefill:
             rows = j - i
             if rows > 1 and (rows > max_batch or rows * (top_p + top_a) > max_tokens):
                 break
-            cost = best[i] + rows * ((top_p if prefill else 0) + top_a * (1 + top_p / ATTEND_KEYS)) + BATCH_OVERHEAD
+            cost = best[i] + rows * slots(top_p, top_a) + BATCH_OVERHEAD
             if cost < best[j]:
                 best[j], cut[j] = cost, i
     batches, j = [], n

@@ -280,8 +280,11 @@ class InProcessBackend:
             return True
         if built.model is self.loaded.model:
             return False
-        sibling = self._weight_only.get(self.snapshots.owner) == (built.spec.weights, built.spec.artifact)
-        return self.weight_only(built) or not sibling
+        return self.weight_only(built) or not self._sibling_kept(built)
+
+    def _sibling_kept(self, built: BuiltVariant) -> bool:
+        """Whether the prompt K/V kept now are a weight-only variant's of ``built``'s weights."""
+        return self._weight_only.get(self.snapshots.owner) == (built.spec.weights, built.spec.artifact)
 
     def _check_batch(self, built: BuiltVariant, task: PreparedTask, keys: list[tuple[int, ...]],
                      refs: list[Reference], p: int, ids: list[str]) -> Checked:
@@ -298,8 +301,7 @@ class InProcessBackend:
             base_lp = self._base_lp.get_each([(task.name, "verify", i) for i in ids], base_rows)  # kept per row
         snap = self.base_prompts.take(keys, keep=True)
         if built.model is not base_model:  # a sibling's: the weight-only variant of the same weights, run before
-            same = self._weight_only.get(self.snapshots.owner) == (built.spec.weights, built.spec.artifact)
-            snap = self.snapshots.take(keys, keep=True) if same else None
+            snap = self.snapshots.take(keys, keep=True) if self._sibling_kept(built) else None
         if snap is not None and exact_prefill(built.make_cache()):
             var = Side(built.model, built.make_cache, None, snap)  # same weights, exact prefill: same prompt K/V
         else:

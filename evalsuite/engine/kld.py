@@ -34,14 +34,12 @@ class BaselineLogprobCache:
         self._store: dict[Any, Any] = {}
 
     def get_rows(self, key: Any, compute: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
-        """Per-row bf16 log-probs (a verification pass's baseline side), kept under the same byte budget."""
+        """Per-row bf16 log-probs of one batch (the baseline's side of a ``--verify off`` KLD pass), kept under the
+        same byte budget."""
         if key in self._store:
             return self._store[key]
         rows = [r.to(torch.bfloat16) for r in compute()]
-        size = sum(r.numel() * 2 for r in rows)
-        if self.used + size <= self.max_bytes:
-            self._store[key] = rows
-            self.used += size
+        self._keep(key, rows, sum(r.numel() * 2 for r in rows))
         return rows
 
     def get_each(self, keys: Sequence[Any], compute: Callable[[list[int]], list[torch.Tensor]]
@@ -51,21 +49,21 @@ class BaselineLogprobCache:
         missing = [i for i, k in enumerate(keys) if k not in self._store]
         got = dict(zip(missing, (r.to(torch.bfloat16) for r in compute(missing)))) if missing else {}
         for i, row in got.items():
-            if self.used + row.numel() * 2 <= self.max_bytes:
-                self._store[keys[i]] = row
-                self.used += row.numel() * 2
+            self._keep(keys[i], row, row.numel() * 2)
         return [got[i] if i in got else self._store[k] for i, k in enumerate(keys)]
 
     def get(self, key: Any, compute: Callable[[], torch.Tensor]) -> torch.Tensor:
         if key in self._store:
             return self._store[key].float()
-        value = compute()
-        size = value.numel() * 2
+        value = compute().to(torch.bfloat16)
+        self._keep(key, value, value.numel() * 2)
+        return value.float()  # the same rounding whether cached or not
+
+    def _keep(self, key: Any, value: Any, size: int) -> None:
+        """Keep ``value`` (``size`` bytes) under ``key`` if it fits the budget."""
         if self.used + size <= self.max_bytes:
-            self._store[key] = value.to(torch.bfloat16)
+            self._store[key] = value
             self.used += size
-            return self._store[key].float()  # the same rounding whether cached or not
-        return value.to(torch.bfloat16).float()
 
 
 def encode_answers(tokenizer: Any, answers: Sequence[str]) -> Any:
