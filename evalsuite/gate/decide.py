@@ -9,7 +9,7 @@ from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.gate.pooled import POOLED
 from evalsuite.gate.store_gate import gate_store
-from evalsuite.gate.types import CheckResult, GateResult
+from evalsuite.gate.types import CheckResult, GateResult, task_samples
 from evalsuite.gate.verdict import undecided
 
 
@@ -55,8 +55,7 @@ def pairs_to_decide(gate: GateResult, variant: str, task: str,
     mine = [c for c in gate.checks if c.variant == variant and c.verdict == "INCONCLUSIVE" and c.more_needed
             and among(c)]
     task_n = max((c.n for c in gate.checks if c.variant == variant and c.task == task), default=0)
-    needs = [-(-c.more_needed * task_n // c.n) if c.n and task_n > c.n else c.more_needed
-             for c in mine if c.task == task]
+    needs = [task_samples(c.more_needed, c.n, task_n) for c in mine if c.task == task]
     for c in mine:
         share = dict(c.pools).get(task) if c.task == POOLED else None
         if share and c.n:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalsuite.gate.types import task_samples
+
 
 ALL = "all"
 RANK = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
@@ -85,7 +87,7 @@ def check_n(r: Row, c: Row) -> int | None:
 
 def task_decision(r: Row, variant: str, task: str) -> Row | None:
     """The (variant, task) decision: worst verdict over its checks, the deciding checks, the ``all`` row's Δ,
-    the n behind it and, when INCONCLUSIVE, about how many more samples would decide it."""
+    the n behind it and, when INCONCLUSIVE, about how many more samples of the task would decide it."""
     checks = [c for c in r["checks"] if c["variant"] == variant and c["task"] == task]
     stat = next((s for s in r["stats"] if s["variant"] == variant and s["task"] == task and s["slice"] == ALL),
                 None)
@@ -94,7 +96,7 @@ def task_decision(r: Row, variant: str, task: str) -> Row | None:
     verdict = worst([c["verdict"] for c in checks])
     deciding = [c for c in checks if c["verdict"] == verdict]
     ns = [n for c in deciding if (n := check_n(r, c)) is not None]
-    more = [c["more_needed"] for c in deciding if c.get("more_needed") is not None]
+    more = [m for c in deciding if (m := samples_to_decide(r, c)) is not None]
     return {"verdict": verdict, "stat": stat, "checks": deciding, "n": min(ns) if ns else (stat or {}).get("n"),
             "more_needed": max(more) if more and verdict == "INCONCLUSIVE" else None,
             "slices": list(dict.fromkeys(c["slice"] for c in deciding if c["slice"] != ALL))}
@@ -144,7 +146,8 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
             continue
         mine = [c for c in r["checks"] if c["variant"] == v["variant"]]
         verdict = v.get("verdict") or worst([c["verdict"] for c in mine])
-        reasons = [{**c, "seconds": seconds_to_decide(r, c)} for c in lead_reasons(mine, verdict, max_reasons)]
+        reasons = [{**c, "samples": samples_to_decide(r, c), "seconds": seconds_to_decide(r, c)}
+                   for c in lead_reasons(mine, verdict, max_reasons)]
         cards.append({
             "variant": v["variant"], "verdict": verdict, "reasons": reasons,
             "checks": len(mine), "contexts": context_range(r, v["variant"]),
@@ -154,10 +157,23 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
     return cards
 
 
+def samples_to_decide(r: Row, check: Row) -> int | None:
+    """About how many more samples would decide an undecided check: its ``more_needed`` pairs, scaled to the
+    task's samples for a slice check (``gate.types.task_samples``: a slice with 16 of the task's 48 pairs needs
+    three samples per pair); over all pooled tasks for the pooled check. None when decided or unknown."""
+    more = check.get("more_needed")
+    if not more or check["task"] == POOLED or check["slice"] == ALL:
+        return more or None
+    row = next((s for s in r["stats"] if (s["variant"], s["task"], s["slice"]) == (check["variant"], check["task"],
+                                                                                   ALL)), None)
+    return task_samples(more, check_n(r, check) or 0, int(row["n"]) if row else 0)
+
+
 def seconds_to_decide(r: Row, check: Row) -> float | None:
-    """About how many seconds the pairs an undecided check still needs would take at this run's measured seconds
-    per pair (the variant's plus the baseline's on that task; over the pooled tasks, their mean); None unknown."""
-    cost, more = r.get("seconds_per_pair") or {}, check.get("more_needed")
+    """About how many seconds the samples an undecided check still needs (``samples_to_decide``) would take at
+    this run's measured seconds per pair (the variant's plus the baseline's on that task; over the pooled tasks,
+    their mean); None unknown."""
+    cost, more = r.get("seconds_per_pair") or {}, samples_to_decide(r, check)
     if not more or not cost:
         return None
     tasks = [t for t, _ in check.get("pools") or []] if check["task"] == POOLED else [check["task"]]
@@ -168,12 +184,15 @@ def seconds_to_decide(r: Row, check: Row) -> float | None:
 
 def to_decide(check: Row) -> str:
     """``≈+N samples to decide, ~M min of budget at this run's seconds per pair`` for an undecided card reason
-    (without the budget part when the seconds are unknown); "" for a decided one."""
-    if not check.get("more_needed"):
+    (``samples_to_decide``; a slice check adds how many of them land in the slice; without the budget part when
+    the seconds are unknown); "" for a decided one."""
+    samples = check.get("samples", check.get("more_needed"))
+    if not samples:
         return ""
     budget = (f", {fmt_duration(check['seconds'])} of budget at this run's seconds per pair"
               if check.get("seconds") else "")
-    return f"≈+{check['more_needed']} samples to decide{budget}"
+    share = f" (~{check['more_needed']} of them in the slice)" if samples != check.get("more_needed") else ""
+    return f"≈+{samples} samples to decide{share}{budget}"
 
 
 def fmt_duration(seconds: float) -> str:

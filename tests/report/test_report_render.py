@@ -396,3 +396,21 @@ def test_an_undecided_check_says_how_much_budget_would_decide_it(report):
     assert "of budget" not in render_markdown(report)  # a run without measured costs says only the pairs
     pooled = {"variant": "v", "task": "*", "more_needed": 10, "pools": [["a", 5], ["b", 5]]}
     assert seconds_to_decide({"baseline": "bf16", "seconds_per_pair": {"v/a": 1.0, "v/b": 3.0}}, pooled) == 20.0
+
+
+def test_a_slice_check_counts_the_task_samples_its_pairs_take():
+    """A slice check's ``more_needed`` counts pairs in the slice; with 16 of the task's 48 pairs in it, each pair
+    takes about three samples of the task, and the budget those samples take is what the card states."""
+    from evalsuite.report.digest import samples_to_decide, seconds_to_decide, task_decision, to_decide
+
+    check = {"variant": "kv", "task": "needle", "slice": "context_len>=2048", "check": "max_drop", "n": 16,
+             "more_needed": 22, "verdict": "INCONCLUSIVE", "observed": 0.0, "threshold": 0.1}
+    whole = {**check, "slice": "all", "n": 48, "more_needed": 5}
+    r = {"baseline": "bf16", "checks": [check, whole], "seconds_per_pair": {"kv/needle": 1.5, "bf16/needle": 0.5},
+         "stats": [{"variant": "kv", "task": "needle", "slice": "all", "n": 48, "delta": 0.0},
+                   {"variant": "kv", "task": "needle", "slice": "context_len>=2048", "n": 16, "delta": 0.0}]}
+    assert samples_to_decide(r, check) == 66 and seconds_to_decide(r, check) == pytest.approx(132.0)
+    assert samples_to_decide(r, whole) == 5  # a task-wide check: its pairs are the task's samples
+    assert task_decision(r, "kv", "needle")["more_needed"] == 66  # the grid cell: the slowest deciding check
+    assert to_decide({**check, "samples": 66, "seconds": 132.0}) == (
+        "≈+66 samples to decide (~22 of them in the slice), ~2 min of budget at this run's seconds per pair")
