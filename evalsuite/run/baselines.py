@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evalsuite.errors import StoreMismatch
+from evalsuite.run.draws import StoredBaseline, measured_rate
 from evalsuite.run.prepare import PreparedTask
 from evalsuite.core.records import DECODE_FORMAT, SampleResult
 from evalsuite.core.store import Store
@@ -88,7 +89,12 @@ def save_baseline(root: Path, store: Store, tasks: list[PreparedTask], seed: int
         tmp = folder / f".{task.name}.jsonl.tmp"
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows.values()))
         tmp.replace(folder / f"{task.name}.jsonl")
-        manifest["tasks"][task.name] = {**key, "n": len(rows), "created": time.time()}
+        # seconds per sample where this run generated some (else as recorded): what a later run's draws past the
+        # stored samples plan with (``held``)
+        seconds = measured_rate(state.round_costs.get(f"{baseline}/{task.name}")) or (
+            manifest["tasks"].get(task.name, {}).get("seconds_per_sample") if grow else None)
+        manifest["tasks"][task.name] = {**key, "n": len(rows), "created": time.time(),
+                                        **({"seconds_per_sample": seconds} if seconds else {})}
     manifest["libraries"] = library_versions()
     manifest["run"], manifest["decode_format"] = run, DECODE_FORMAT
     tmp = folder / f".{MANIFEST}.tmp"
@@ -166,6 +172,16 @@ class BaselineSource:
                 for line in (folder / f"{task.name}.jsonl").read_text().splitlines() if line]
         store.put_samples(r for r in rows if r.sample_id in wanted and r.sample_id not in done)
         return True
+
+    def held(self, task: PreparedTask, settings: dict[str, Any]) -> StoredBaseline:
+        """How many samples of ``task`` the stored baseline answers, and the seconds per sample they took where
+        they were generated (``run.draws.StoredBaseline``); nothing when it does not match."""
+        manifest = _read_manifest(Path(self.root) / self.fingerprint)
+        run = run_key(self.batch_size, settings)
+        if manifest is None or mismatch_reason(manifest, task, self.seed, run, partial=self.grow) is not None:
+            return StoredBaseline()
+        entry = manifest["tasks"][task.name]
+        return StoredBaseline(int(entry.get("n", 0)), float(entry.get("seconds_per_sample") or 0.0))
 
     def prompt_folder(self, settings: dict[str, Any]) -> Path:
         """Where the baseline's prompt K/V are kept beside its answers (``engine.spill``): one folder per

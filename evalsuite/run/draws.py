@@ -2,12 +2,38 @@
 the open checks' needs (``evalsuite.run.rounds`` applies them round by round)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from evalsuite.run.prepare import PreparedTask
 
 GROWTH = 2  #: each draw of a task is at most this many times its previous one (16, +32, +64, ... at 16)
 DEFAULT_CAP = 1000  #: the safety cap per task of an endless stream when --max-samples is not given
+
+
+@dataclass(frozen=True)
+class StoredBaseline:
+    """What a stored baseline holds of a task (``run.baselines.BaselineSource.held``): the stream's first ``held``
+    samples, answered at ``seconds`` per sample where they were generated (0.0: not recorded)."""
+
+    held: int = 0
+    seconds: float = 0.0
+
+
+#: pairs below which a measured seconds-per-sample is not trusted over a recorded one: a budget that runs out
+#: mid-batch leaves a few rows that carried a whole batch's time (17 s for one json sample)
+MIN_MEASURED = 8
+
+
+def measured_rate(cost: Sequence[float] | None) -> float | None:
+    """Seconds per sample of a ``[seconds, samples]`` cost, None below ``MIN_MEASURED`` samples."""
+    return cost[0] / cost[1] if cost and cost[1] >= MIN_MEASURED else None
+
+
+def generated(k: int, drawn: int, held: int) -> int:
+    """Samples of a draw of ``k`` after ``drawn`` that the baseline must generate: those past the ``held`` ones a
+    stored baseline answers (a run draws each stream in its fixed order, so what is stored is a prefix of it)."""
+    return max(0, min(k, drawn + k - held))
 
 
 def task_cap(task: PreparedTask, max_samples: int | None) -> int:
@@ -37,9 +63,12 @@ def joining(order: Sequence[str], wants: dict[str, int], seconds: dict[str, floa
     return chosen, afford(chosen)
 
 
+def whole_batches(k: int, batch: int) -> int:
+    """``k`` samples, at least one, rounded up to whole decode batches of ``batch``."""
+    return -(-max(k, 1) // max(batch, 1)) * max(batch, 1)
+
+
 def draw_size(want: int, last: int, batch: int, room: int) -> int:
     """The next draw of a task: what its open checks ask for, at least one decode batch, at most ``GROWTH``
     times its last draw, rounded up to whole batches, within ``room``."""
-    k = min(max(want, batch, 1), GROWTH * max(last, 1))
-    k = -(-k // max(batch, 1)) * max(batch, 1)
-    return max(0, min(k, room))
+    return max(0, min(whole_batches(min(max(want, batch), GROWTH * max(last, 1)), batch), room))

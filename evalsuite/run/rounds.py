@@ -40,7 +40,8 @@ from typing import Any, Callable, Protocol, Sequence
 from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.run.backend import Backend, VariantRef
-from evalsuite.run.draws import DEFAULT_CAP, draw_size, joining, task_cap
+from evalsuite.run.draws import (DEFAULT_CAP, StoredBaseline, draw_size, generated, joining,
+                                 measured_rate, task_cap, whole_batches)
 from evalsuite.run.prepare import PreparedTask
 
 
@@ -85,6 +86,7 @@ class Rounds:
     caps: dict[str, int] = field(default_factory=dict)  # task -> its cap
     steps: dict[str, int] = field(default_factory=dict)  # task -> its last draw
     failing: dict[str, dict[str, int]] = field(default_factory=dict)  # the last Decision.failing
+    stored: dict[str, StoredBaseline] = field(default_factory=dict)  # task -> what a stored baseline holds
 
     def drive(self, runner: RoundsRunner, variants: Sequence[VariantRef]) -> None:
         """Rounds until decided, capped or out of budget; the final state is stored in the run's meta."""
@@ -93,6 +95,9 @@ class Rounds:
         state = runner.store.state()
         n_round, self.costs = int(state.rounds), dict(state.round_costs)
         self.caps = {t.name: task_cap(t, self.max_samples) for t in runner.tasks}
+        source = runner.baseline_source
+        self.stored = ({t.name: source.held(t, runner.backend.settings()) for t in runner.tasks}
+                       if source is not None else {})
         if self.budget_s is not None:
             runner.set_deadline(self.started + self.budget_s)
         needs: dict[str, dict[str, int]] | None = None  # after a round: variant -> task -> pairs still needed
@@ -144,13 +149,16 @@ class Rounds:
         """After a round: order the tasks by how near a decision their samples bring a variant, so what is left
         of the budget goes there. First the tasks where a check heading to a FAIL (``Decision.failing``: its
         estimate is already beyond its threshold) is open, since one such check deciding decides the variant; then
-        the rest. Within each, by the seconds the quickest open check needs (pairs x ``pair_seconds``); a task no
-        open variant needs goes last."""
+        the rest. Within each, by the seconds the quickest open check needs to decide (``need_seconds``), its
+        pairs rounded up to whole decode batches as draws are (needle's 6 pairs cost a batch of 32 long prompts,
+        more than json's 29); a task no open variant needs goes last."""
         names = [t.name for t in runner.tasks]
+        drawn = {t.name: len(t.samples) for t in runner.tasks}
         sharing = {t: sum(t in n for n in needs.values()) for t in names}
 
         def seconds(task: str, among: dict[str, dict[str, int]]) -> float:
-            return min((n[task] * self.pair_seconds(v, task, sharing[task], base)
+            return min((self.need_seconds(v, task, whole_batches(n[task], self.batch_size), sharing[task], base,
+                                          drawn[task])
                         for v, n in among.items() if v in needs and task in n), default=float("inf"))
 
         def key(task: str) -> tuple[float, float, int]:
@@ -185,10 +193,20 @@ class Rounds:
             cost = self.costs.setdefault(f"{name}/{task}", [0.0, 0])
             cost[0], cost[1] = cost[0] + time.monotonic() - t0, cost[1] + pairs
 
-    def pair_seconds(self, variant: str, task: str, sharing: int, base: str) -> float:
-        """Seconds one more pair of ``variant`` on ``task`` costs: its own, plus its share of the baseline's (the
-        baseline answers a sample once for the ``sharing`` variants that need it)."""
-        return self.per_pair(variant, task) + self.per_pair(base, task) / max(sharing, 1)
+    def need_seconds(self, variant: str, task: str, pairs: int, sharing: int, base: str, drawn: int) -> float:
+        """Seconds ``pairs`` more pairs of ``variant`` on ``task`` cost (after ``drawn`` samples): its own, plus its
+        share of the baseline's (``base_seconds``; the baseline answers a sample once for the ``sharing`` variants
+        that need it)."""
+        return pairs * self.per_pair(variant, task) + self.base_seconds(task, pairs, drawn, base) / max(sharing, 1)
+
+    def base_seconds(self, task: str, k: int, drawn: int, base: str) -> float:
+        """Seconds the baseline takes to answer the next ``k`` samples of ``task`` after ``drawn``: nothing for those
+        a stored baseline holds, and for the rest its seconds per sample as measured in this run, else as recorded
+        where the stored ones were generated (``StoredBaseline``): a warm run with a new candidate plans its draws
+        past the stored samples at what they will cost, not at nothing."""
+        stored = self.stored.get(task, StoredBaseline())
+        rate = measured_rate(self.costs.get(f"{base}/{task}")) or stored.seconds or self.per_pair(base, task)
+        return generated(k, drawn, stored.held) * rate
 
     def budget_left(self) -> float | None:
         """Seconds of the budget left (None: no budget)."""
@@ -233,7 +251,7 @@ class Rounds:
     def fits(self, variant: str, task: str, need: int, drawn: int, sharing: int, base: str) -> bool:
         """Whether ``need`` more pairs fit in the cap and the budget left; else recorded, said once, and False."""
         room = self.caps.get(task, DEFAULT_CAP) - drawn
-        seconds = need * self.pair_seconds(variant, task, sharing, base)
+        seconds = self.need_seconds(variant, task, need, sharing, base, drawn)
         left = self.budget_left()
         if need <= room and (left is None or seconds <= left):
             self.out_of_reach.get(variant, {}).pop(task, None)
@@ -266,13 +284,15 @@ class Rounds:
                 self.capped[task.name] = f"cap {self.caps.get(task.name)}"
                 continue
             if left is not None:
-                order = self.priority(task.name, wants, base)
+                drawn = len(task.samples)
+                order = self.priority(task.name, wants, base, drawn)
                 seconds = {v: self.per_pair(v, task.name) for v in order}
-                chosen, afford = joining(order, wants, seconds, self.per_pair(base, task.name), left, k)
+                base_s = self.base_seconds(task.name, k, drawn, base) / max(k, 1)  # per sample, over the draw
+                chosen, afford = joining(order, wants, seconds, base_s, left, k)
                 if grew and afford < wants[chosen[0]]:
                     continue  # the draws before it took what is left; next round, if any
                 k = min(k, max(afford, wants[chosen[0]], 1))
-                left -= k * (self.per_pair(base, task.name) + sum(seconds[v] for v in chosen))
+                left -= self.base_seconds(task.name, k, drawn, base) + k * sum(seconds[v] for v in chosen)
                 self._defer(needs, task.name, [v for v in order if v not in chosen], chosen[0])
             if task.draw(k) == 0:
                 self.capped[task.name] = f"its {len(task.samples)} samples are all used"
@@ -280,13 +300,13 @@ class Rounds:
             self.steps[task.name], grew = k, True
         return grew
 
-    def priority(self, task: str, wants: dict[str, int], base: str) -> list[str]:
+    def priority(self, task: str, wants: dict[str, int], base: str, drawn: int) -> list[str]:
         """The variants wanting ``task``, nearest decision first: a check heading to a FAIL before the rest, then
-        by the seconds their need takes (pairs x ``pair_seconds``)."""
+        by the seconds their need takes (``need_seconds``)."""
         def key(v: str) -> tuple[int, float, str]:
             fail = self.failing.get(v, {}).get(task)
             need = fail if fail is not None else wants[v]
-            return (0 if fail is not None else 1, need * self.pair_seconds(v, task, len(wants), base), v)
+            return (0 if fail is not None else 1, self.need_seconds(v, task, need, len(wants), base, drawn), v)
 
         return sorted(wants, key=key)
 

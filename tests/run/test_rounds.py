@@ -274,6 +274,9 @@ def test_budget_alone_runs_rounds_and_a_stored_baseline_grows(tiny, tmp_path, po
     (folder,) = [p for p in root.iterdir() if p.is_dir()]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["decode_format"] == DECODE_FORMAT and manifest["tasks"]["copy"]["n"] == drawn
+    # what a later run plans its draws past the stored samples with: the seconds per sample they took
+    cost = second.meta()["round_costs"]["bf16/copy"]
+    assert manifest["tasks"]["copy"]["seconds_per_sample"] == pytest.approx(cost[0] / cost[1])
 
 
 @pytest.mark.parametrize("args, says", [(["--max-samples", "0"], "--max-samples"),
@@ -334,9 +337,10 @@ def test_a_draw_is_cut_to_what_the_budget_left_affords():
     rounds.quickest_first(runner, needs, "bf16")
     assert rounds.draw(runner, needs, "bf16")
     drawn = {t.name: len(t.samples) - 16 for t in runner.tasks}
-    # near: a whole batch of 32 would take 32 x 3 s = 96 s; ~100 s affords 33, so the batch stands (96 s), and
-    # far (2 s a sample) gets what is left, ~4 s: fewer than its need of 10, so nothing this round
-    assert drawn == {"near": 32, "far": 0, "cheap": 0}
+    # far first: its need's batch of 32 takes 32 x 2 s = 64 s, near's 32 x 3 s = 96 s; near is then cut to what
+    # is left, ~36 s / 3 s = 11 samples, still more than its need of 5 (near first would have left far nothing)
+    assert [t.name for t in runner.tasks][:2] == ["far", "near"]
+    assert drawn == {"near": 11, "far": 32, "cheap": 0}
     rounds = Rounds(round_size=16, batch_size=32, budget_s=30.0)
     rounds.costs = {"bf16/near": [16.0, 16], "v/near": [32.0, 16]}
     runner = _Tasks(_three_tasks())
@@ -381,3 +385,34 @@ def test_variants_are_built_before_their_first_task_is_timed(tiny, tmp_path, pol
             decide=store_decider(policy))
     for name in ("noop", "w2g32"):
         assert events.index(("built", name)) < events.index(("timed", name))
+
+
+def test_a_warm_run_plans_the_baselines_new_samples_at_what_they_cost():
+    """Samples a stored baseline holds cost the baseline nothing; past them it generates, at its seconds per
+    sample measured in this run (from 8 samples on), else as recorded where the stored ones were generated."""
+    from evalsuite.run.draws import StoredBaseline
+    from evalsuite.run.rounds import Rounds
+
+    r = Rounds(budget_s=100.0, log=lambda s: None)
+    r.caps, r.stored = {"t": 1000}, {"t": StoredBaseline(held=48, seconds=4.0)}
+    r.costs = {"v/t": [16.0, 16]}  # the variant: 1 s a pair; the baseline generated nothing yet (imported)
+    assert r.base_seconds("t", 32, 16, "bf16") == 0.0  # samples 16-47: all stored
+    assert r.base_seconds("t", 32, 32, "bf16") == 16 * 4.0  # 32-63: 48-63 generated
+    assert r.need_seconds("v", "t", 32, 2, "bf16", 48) == 32 * 1.0 + 32 * 4.0 / 2  # shared by two variants
+    assert not r.fits("v", "t", 30, 48, 1, "bf16")  # 30 x (1 + 4) s > 100 s left: stored answers do not hide it
+    r.costs["bf16/t"] = [1.0, 1]  # one sample when the budget cut its batch short: not trusted
+    assert r.base_seconds("t", 8, 48, "bf16") == 8 * 4.0
+    r.costs["bf16/t"] = [16.0, 8]
+    assert r.base_seconds("t", 8, 48, "bf16") == 8 * 2.0  # measured here, from 8 samples on
+
+
+def test_later_rounds_count_a_need_as_the_whole_batches_it_draws():
+    """A few pairs of a task whose samples are dear cost a whole decode batch of them: 6 needle-like pairs
+    (a batch of 32 at 5 s) come after 40 cheap ones (two batches at 1 s)."""
+    from evalsuite.run.rounds import Rounds
+
+    runner = _Tasks(_three_tasks())
+    rounds = Rounds(round_size=16, batch_size=32)
+    rounds.costs = {"bf16/near": [64.0, 16], "v/near": [16.0, 16], "bf16/far": [8.0, 16], "v/far": [8.0, 16]}
+    rounds.quickest_first(runner, {"v": {"near": 6, "far": 40}}, "bf16")
+    assert [t.name for t in runner.tasks][:2] == ["far", "near"]  # 6 x 5 s = 30 s < 40 s, but 32 x 5 s > 64 s
