@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import torch
 
@@ -34,6 +35,14 @@ def timed(fn):
     return out, time.perf_counter() - start
 
 
+def load_task(name: str, n: int, dtype: str) -> tuple[Any, Any, list[tuple[str, bool]], int]:
+    """The embedded model, ``n`` samples of task ``name``, their rendered prompts and shared prefix length."""
+    base = load_model("default", dtype, "cpu")
+    task = prepare_tasks(RunConfig(tasks=[name], limit=n), default_registry())[0]
+    prompts = [render_prompt(s, base.tokenizer) for s in task.samples]
+    return base, task, prompts, shared_prefix_len(base.tokenizer, prompts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="code")
@@ -41,11 +50,8 @@ def main() -> None:
     ap.add_argument("--variant", default="w4g32")
     ap.add_argument("--dtype", default="auto")
     args = ap.parse_args()
-    base = load_model("default", args.dtype, "cpu")
-    task = prepare_tasks(RunConfig(tasks=[args.task], limit=args.n), default_registry())[0]
+    base, task, prompts, p = load_task(args.task, args.n, args.dtype)
     tok = base.tokenizer
-    prompts = [render_prompt(s, tok) for s in task.samples]
-    p = shared_prefix_len(tok, prompts)
     ids_by = {}
 
     def generate_base() -> None:

@@ -9,36 +9,28 @@ times; the outputs must be equal (the kernels are batch-invariant), and the tabl
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
-from evalsuite.core.config import RunConfig
 from evalsuite.core.records import Reference
 from evalsuite.engine.decoder import encode_prefix, plan_batches
 from evalsuite.engine.forced import plan_passes
-from evalsuite.engine.generate import encode_prompts, iter_generate, shared_prefix_len, stop_ids
+from evalsuite.engine.generate import encode_prompts, iter_generate, stop_ids
 from evalsuite.engine.verify import Side, baseline_logprobs, verify_batch
-from evalsuite.models.loader import load_model
-from evalsuite.run.prepare import prepare_tasks
-from evalsuite.run.prompts import render_prompt
-from evalsuite.tasks.registry import default_registry
+from evalsuite.onednn import cpu_flags
 from evalsuite.variants.build import build_variant
 from evalsuite.variants.spec import parse_variant
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # verify_cost, beside this file
+from verify_cost import load_task  # noqa: E402
+
+SIMD = {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}  #: what decides fp32 / bf16 speed here
 MAX_TOKENS = 24576  #: the runner's padded-token budget per batch
-
-
-def cpu_flags() -> str:
-    """The SIMD flags that decide fp32 / bf16 matmul speed here."""
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return platform.processor()
-    return " ".join(f for f in flags if f.startswith(("avx", "amx", "fma")))
 
 
 def run_plan(plan: list[list[int]], base: Any, variant: Any, tok: Any, rows: list[list[int]], head: list[int],
@@ -80,11 +72,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--dtype", default="auto")
     args = ap.parse_args()
-    base = load_model("default", args.dtype, "cpu")
-    task = prepare_tasks(RunConfig(tasks=[args.task], limit=args.n), default_registry())[0]
+    base, task, prompts, p = load_task(args.task, args.n, args.dtype)
     tok = base.tokenizer
-    prompts = [render_prompt(s, tok) for s in task.samples]
-    p = shared_prefix_len(tok, prompts)
     gens: dict[int, Any] = {}
     for idx, gs in iter_generate(base.model, tok, prompts, task.gen, None, args.batch, prefix_len=p):
         gens.update(zip(idx, gs))
@@ -99,7 +88,7 @@ def main() -> None:
     times = alternate(plans, args.repeat, lambda plan: run_plan(plan, base, variant, tok, rows, head, refs, task.gen))
     print(f"{args.task}, {len(rows)} samples, prompts {min(prompt_lens)}-{max(prompt_lens)} tokens, answers "
           f"{min(answer_lens)}-{max(answer_lens)}, variant {args.variant}, dtype {base.dtype}, "
-          f"{torch.get_num_threads()} threads, CPU flags: {cpu_flags()}")
+          f"{torch.get_num_threads()} threads, CPU flags: {' '.join(sorted(cpu_flags() & SIMD))}")
     print("| cut | batches (rows) | seconds, each run | median |")
     print("|---|---|---|---|")
     for name, plan in plans.items():
