@@ -76,12 +76,16 @@ def gated_rows(r: Row, stats: list[Row]) -> list[Row]:
     return [s for s in stats if (s["variant"], s["task"], s["slice"]) in checked]
 
 
+def stat_row(r: Row, variant: str, task: str, slice_: str = ALL) -> Row | None:
+    """The stats row of (variant, task, slice); None when the report has none."""
+    return next((s for s in r["stats"] if (s["variant"], s["task"], s["slice"]) == (variant, task, slice_)), None)
+
+
 def check_n(r: Row, c: Row) -> int | None:
     """The paired samples behind a check: its own ``n``, else (old runs) its stats row's; None if unknown."""
     if c.get("n"):
         return int(c["n"])
-    row = next((s for s in r["stats"] if (s["variant"], s["task"], s["slice"]) == (c["variant"], c["task"],
-                                                                                   c["slice"])), None)
+    row = stat_row(r, c["variant"], c["task"], c["slice"])
     return int(row["n"]) if row else None
 
 
@@ -89,8 +93,7 @@ def task_decision(r: Row, variant: str, task: str) -> Row | None:
     """The (variant, task) decision: worst verdict over its checks, the deciding checks, the ``all`` row's Δ,
     the n behind it and, when INCONCLUSIVE, about how many more samples of the task would decide it."""
     checks = [c for c in r["checks"] if c["variant"] == variant and c["task"] == task]
-    stat = next((s for s in r["stats"] if s["variant"] == variant and s["task"] == task and s["slice"] == ALL),
-                None)
+    stat = stat_row(r, variant, task)
     if not checks and stat is None:
         return None
     verdict = worst([c["verdict"] for c in checks])
@@ -164,8 +167,7 @@ def samples_to_decide(r: Row, check: Row) -> int | None:
     more = check.get("more_needed")
     if not more or check["task"] == POOLED or check["slice"] == ALL:
         return more or None
-    row = next((s for s in r["stats"] if (s["variant"], s["task"], s["slice"]) == (check["variant"], check["task"],
-                                                                                   ALL)), None)
+    row = stat_row(r, check["variant"], check["task"])
     return task_samples(more, check_n(r, check) or 0, int(row["n"]) if row else 0)
 
 

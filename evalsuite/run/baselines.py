@@ -156,10 +156,7 @@ class BaselineSource:
         ``settings`` are the backend's output-changing settings (``Backend.settings``). A growing source
         imports the samples it holds and leaves the rest to be generated; ``quiet`` logs no mismatch."""
         folder = Path(self.root) / self.fingerprint
-        manifest = _read_manifest(folder)
-        run = run_key(self.batch_size, settings)
-        reason = (f"no stored baseline for model fingerprint {self.fingerprint} under {self.root}"
-                  if manifest is None else mismatch_reason(manifest, task, self.seed, run, partial=self.grow))
+        manifest, reason = self._match(task, settings)
         if reason is not None:
             if self.strict:
                 raise StoreMismatch(f"stored baseline refused: {reason}")
@@ -176,12 +173,19 @@ class BaselineSource:
     def held(self, task: PreparedTask, settings: dict[str, Any]) -> StoredBaseline:
         """How many samples of ``task`` the stored baseline answers, and the seconds per sample they took where
         they were generated (``run.draws.StoredBaseline``); nothing when it does not match."""
-        manifest = _read_manifest(Path(self.root) / self.fingerprint)
-        run = run_key(self.batch_size, settings)
-        if manifest is None or mismatch_reason(manifest, task, self.seed, run, partial=self.grow) is not None:
+        manifest, reason = self._match(task, settings)
+        if manifest is None or reason is not None:
             return StoredBaseline()
         entry = manifest["tasks"][task.name]
         return StoredBaseline(int(entry.get("n", 0)), float(entry.get("seconds_per_sample") or 0.0))
+
+    def _match(self, task: PreparedTask, settings: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+        """The stored manifest (None when absent) and why it cannot stand in for ``task`` (None if it can)."""
+        manifest = _read_manifest(Path(self.root) / self.fingerprint)
+        if manifest is None:
+            return None, f"no stored baseline for model fingerprint {self.fingerprint} under {self.root}"
+        run = run_key(self.batch_size, settings)
+        return manifest, mismatch_reason(manifest, task, self.seed, run, partial=self.grow)
 
     def prompt_folder(self, settings: dict[str, Any]) -> Path:
         """Where the baseline's prompt K/V are kept beside its answers (``engine.spill``): one folder per

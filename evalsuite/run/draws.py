@@ -30,10 +30,13 @@ def measured_rate(cost: Sequence[float] | None) -> float | None:
     return cost[0] / cost[1] if cost and cost[1] >= MIN_MEASURED else None
 
 
-def generated(k: int, drawn: int, held: int) -> int:
-    """Samples of a draw of ``k`` after ``drawn`` that the baseline must generate: those past the ``held`` ones a
-    stored baseline answers (a run draws each stream in its fixed order, so what is stored is a prefix of it)."""
-    return max(0, min(k, drawn + k - held))
+def baseline_seconds(k: int, drawn: int, stored: StoredBaseline, cost: Sequence[float] | None) -> float:
+    """Seconds the baseline takes to answer the next ``k`` samples of a task after ``drawn``: nothing for those past
+    the ``stored.held`` a stored baseline answers (a run draws each stream in its fixed order, so what is stored is
+    a prefix of it); the rest at its ``[seconds, samples]`` ``cost`` measured in this run (from ``MIN_MEASURED``
+    samples on), else at what ``stored`` recorded, else at whatever was measured."""
+    rate = measured_rate(cost) or stored.seconds or (cost[0] / cost[1] if cost and cost[1] else 0.0)
+    return max(0, min(k, drawn + k - stored.held)) * rate
 
 
 def task_cap(task: PreparedTask, max_samples: int | None) -> int:

@@ -40,8 +40,8 @@ from typing import Any, Callable, Protocol, Sequence
 from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.run.backend import Backend, VariantRef
-from evalsuite.run.draws import (DEFAULT_CAP, StoredBaseline, draw_size, generated, joining,
-                                 measured_rate, task_cap, whole_batches)
+from evalsuite.run.draws import (DEFAULT_CAP, StoredBaseline, baseline_seconds, draw_size, joining, task_cap,
+                                 whole_batches)
 from evalsuite.run.prepare import PreparedTask
 
 
@@ -202,11 +202,9 @@ class Rounds:
     def base_seconds(self, task: str, k: int, drawn: int, base: str) -> float:
         """Seconds the baseline takes to answer the next ``k`` samples of ``task`` after ``drawn``: nothing for those
         a stored baseline holds, and for the rest its seconds per sample as measured in this run, else as recorded
-        where the stored ones were generated (``StoredBaseline``): a warm run with a new candidate plans its draws
-        past the stored samples at what they will cost, not at nothing."""
-        stored = self.stored.get(task, StoredBaseline())
-        rate = measured_rate(self.costs.get(f"{base}/{task}")) or stored.seconds or self.per_pair(base, task)
-        return generated(k, drawn, stored.held) * rate
+        where the stored ones were generated (``draws.baseline_seconds``): a warm run with a new candidate plans its
+        draws past the stored samples at what they will cost, not at nothing."""
+        return baseline_seconds(k, drawn, self.stored.get(task, StoredBaseline()), self.costs.get(f"{base}/{task}"))
 
     def budget_left(self) -> float | None:
         """Seconds of the budget left (None: no budget)."""
