@@ -50,6 +50,8 @@ class RunState:
     stopped: dict[str, dict[str, str]] = field(default_factory=dict)  # variant -> task -> why it stopped drawing
     round_costs: dict[str, list[float]] = field(default_factory=dict)  # "variant/task" -> [seconds, pairs]
     seconds_per_pair: dict[str, float] = field(default_factory=dict)
+    #: task -> [samples a stored baseline held, its recorded seconds per sample] (``core.costs.StoredBaseline``)
+    baseline_stored: dict[str, list[float]] = field(default_factory=dict)
     # the end (run.pipeline)
     finished: float | None = None
     #: keys this version does not know (a newer writer's, or a caller's own), kept as stored

@@ -7,6 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from evalsuite.core.costs import RunCosts
 from evalsuite.gate.store_gate import GatedRun
 from evalsuite.report.html import render_html
 from evalsuite.report.junit import render_junit
@@ -52,7 +53,19 @@ def report_model(store: Store, gated: GatedRun) -> ReportModel:
         tasks=dict(state.task_versions), noise_floor=gated.noise, policy=gated.policy.to_dict(),
         kld_method={"run": state.kld_method, "rows": store.kld_methods()},
         verification=verification(store, gated.variants, state),
-        seconds_per_pair=dict(state.seconds_per_pair) or None)
+        seconds_per_pair=dict(state.seconds_per_pair) or None, baseline_cost=baseline_cost(state))
+
+
+def baseline_cost(state: RunState) -> dict[str, dict[str, float]] | None:
+    """Per task of a sequential run: the samples drawn, those a stored baseline held, and the baseline's seconds
+    per sample past them (``core.costs.RunCosts.base_rate``: measured in this run, else as the stored baseline
+    recorded), so that the report prices the baseline's share of what a check still needs even where this run's
+    baseline generated nothing. None for a run without rounds."""
+    if not state.drawn:
+        return None
+    costs = RunCosts.from_state(state)
+    return {task: {"drawn": drawn, "held": costs.held(task), "seconds": costs.base_rate(task, state.baseline)}
+            for task, drawn in state.drawn.items()}
 
 
 def verification(store: Store, variants: list[str], state: RunState) -> dict[str, dict[str, int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalsuite.core.costs import StoredBaseline, baseline_seconds
 from evalsuite.gate.types import task_samples
 
 
@@ -172,16 +173,28 @@ def samples_to_decide(r: Row, check: Row) -> int | None:
 
 
 def seconds_to_decide(r: Row, check: Row) -> float | None:
-    """About how many seconds the samples an undecided check still needs (``samples_to_decide``) would take at
-    this run's measured seconds per pair (the variant's plus the baseline's on that task; over the pooled tasks,
-    their mean); None unknown."""
+    """About how many seconds the samples an undecided check still needs (``samples_to_decide``) would take: the
+    variant's measured seconds per pair on the task plus the baseline's share (``task_seconds``); over the pooled
+    tasks, their mean. None unknown."""
     cost, more = r.get("seconds_per_pair") or {}, samples_to_decide(r, check)
     if not more or not cost:
         return None
     tasks = [t for t, _ in check.get("pools") or []] if check["task"] == POOLED else [check["task"]]
-    per = [cost[f"{check['variant']}/{t}"] + cost.get(f"{r['baseline']}/{t}", 0.0) for t in tasks
-           if f"{check['variant']}/{t}" in cost]
-    return more * sum(per) / len(per) if per else None
+    per = [task_seconds(r, check["variant"], t, more) for t in tasks if f"{check['variant']}/{t}" in cost]
+    return sum(per) / len(per) if per else None
+
+
+def task_seconds(r: Row, variant: str, task: str, more: int) -> float:
+    """Seconds ``more`` samples of ``task`` take ``variant`` and the baseline: the variant's pairs at its measured
+    seconds per pair; the baseline's only past the samples a stored baseline answers, at its seconds per sample
+    (``baseline_cost``, ``core.costs.baseline_seconds``: a warm run whose baseline generated nothing still prices
+    them); a report without ``baseline_cost``: at the baseline's measured seconds per pair."""
+    cost, plan = r.get("seconds_per_pair") or {}, (r.get("baseline_cost") or {}).get(task)
+    own = more * cost[f"{variant}/{task}"]
+    if plan is None:
+        return own + more * cost.get(f"{r['baseline']}/{task}", 0.0)
+    stored = StoredBaseline(int(plan["held"]), float(plan["seconds"]))
+    return own + baseline_seconds(more, int(plan["drawn"]), stored, None)
 
 
 def to_decide(check: Row) -> str:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evalsuite.errors import StoreMismatch
-from evalsuite.run.draws import StoredBaseline, measured_rate
 from evalsuite.run.prepare import PreparedTask
+from evalsuite.core.costs import StoredBaseline, measured_rate
 from evalsuite.core.records import DECODE_FORMAT, SampleResult
 from evalsuite.core.store import Store
 
@@ -172,7 +172,7 @@ class BaselineSource:
 
     def held(self, task: PreparedTask, settings: dict[str, Any]) -> StoredBaseline:
         """How many samples of ``task`` the stored baseline answers, and the seconds per sample they took where
-        they were generated (``run.draws.StoredBaseline``); nothing when it does not match."""
+        they were generated (``core.costs.StoredBaseline``); nothing when it does not match."""
         manifest, reason = self._match(task, settings)
         if manifest is None or reason is not None:
             return StoredBaseline()

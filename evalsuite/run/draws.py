@@ -2,41 +2,12 @@
 the open checks' needs (``evalsuite.run.rounds`` applies them round by round)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 from evalsuite.run.prepare import PreparedTask
 
 GROWTH = 2  #: each draw of a task is at most this many times its previous one (16, +32, +64, ... at 16)
 DEFAULT_CAP = 1000  #: the safety cap per task of an endless stream when --max-samples is not given
-
-
-@dataclass(frozen=True)
-class StoredBaseline:
-    """What a stored baseline holds of a task (``run.baselines.BaselineSource.held``): the stream's first ``held``
-    samples, answered at ``seconds`` per sample where they were generated (0.0: not recorded)."""
-
-    held: int = 0
-    seconds: float = 0.0
-
-
-#: pairs below which a measured seconds-per-sample is not trusted over a recorded one: a budget that runs out
-#: mid-batch leaves a few rows that carried a whole batch's time (17 s for one json sample)
-MIN_MEASURED = 8
-
-
-def measured_rate(cost: Sequence[float] | None) -> float | None:
-    """Seconds per sample of a ``[seconds, samples]`` cost, None below ``MIN_MEASURED`` samples."""
-    return cost[0] / cost[1] if cost and cost[1] >= MIN_MEASURED else None
-
-
-def baseline_seconds(k: int, drawn: int, stored: StoredBaseline, cost: Sequence[float] | None) -> float:
-    """Seconds the baseline takes to answer the next ``k`` samples of a task after ``drawn``: nothing for those past
-    the ``stored.held`` a stored baseline answers (a run draws each stream in its fixed order, so what is stored is
-    a prefix of it); the rest at its ``[seconds, samples]`` ``cost`` measured in this run (from ``MIN_MEASURED``
-    samples on), else at what ``stored`` recorded, else at whatever was measured."""
-    rate = measured_rate(cost) or stored.seconds or (cost[0] / cost[1] if cost and cost[1] else 0.0)
-    return max(0, min(k, drawn + k - stored.held)) * rate
 
 
 def task_cap(task: PreparedTask, max_samples: int | None) -> int:

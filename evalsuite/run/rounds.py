@@ -37,11 +37,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
+from evalsuite.core.costs import RunCosts
 from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.run.backend import Backend, VariantRef
-from evalsuite.run.draws import (DEFAULT_CAP, StoredBaseline, baseline_seconds, draw_size, joining, task_cap,
-                                 whole_batches)
+from evalsuite.run.draws import DEFAULT_CAP, draw_size, joining, task_cap, whole_batches
 from evalsuite.run.prepare import PreparedTask
 
 
@@ -82,22 +82,21 @@ class Rounds:
     capped: dict[str, str] = field(default_factory=dict)  # task -> why it could not draw more
     out_of_reach: dict[str, dict[str, int]] = field(default_factory=dict)  # variant -> task -> pairs still needed
     stopped: dict[str, dict[str, str]] = field(default_factory=dict)  # variant -> task -> why it stopped drawing
-    costs: dict[str, list[float]] = field(default_factory=dict)  # "variant/task" -> [seconds, pairs]
+    costs: RunCosts = field(default_factory=RunCosts)  # measured seconds per pair, what a stored baseline holds
     caps: dict[str, int] = field(default_factory=dict)  # task -> its cap
     steps: dict[str, int] = field(default_factory=dict)  # task -> its last draw
     failing: dict[str, dict[str, int]] = field(default_factory=dict)  # the last Decision.failing
-    stored: dict[str, StoredBaseline] = field(default_factory=dict)  # task -> what a stored baseline holds
 
     def drive(self, runner: RoundsRunner, variants: Sequence[VariantRef]) -> None:
         """Rounds until decided, capped or out of budget; the final state is stored in the run's meta."""
         tasks = {t.name for t in runner.tasks}
         active = {v.name: set(tasks) for v in variants[1:]} or {variants[0].name: set(tasks)}
         state = runner.store.state()
-        n_round, self.costs = int(state.rounds), dict(state.round_costs)
+        n_round, source = int(state.rounds), runner.baseline_source
         self.caps = {t.name: task_cap(t, self.max_samples) for t in runner.tasks}
-        source = runner.baseline_source
-        self.stored = ({t.name: source.held(t, runner.backend.settings()) for t in runner.tasks}
-                       if source is not None else {})
+        self.costs = RunCosts({k: list(v) for k, v in state.round_costs.items()},
+                              {t.name: source.held(t, runner.backend.settings()) for t in runner.tasks}
+                              if source is not None else {})
         if self.budget_s is not None:
             runner.set_deadline(self.started + self.budget_s)
         needs: dict[str, dict[str, int]] | None = None  # after a round: variant -> task -> pairs still needed
@@ -149,7 +148,7 @@ class Rounds:
         """After a round: order the tasks by how near a decision their samples bring a variant, so what is left
         of the budget goes there. First the tasks where a check heading to a FAIL (``Decision.failing``: its
         estimate is already beyond its threshold) is open, since one such check deciding decides the variant; then
-        the rest. Within each, by the seconds the quickest open check needs to decide (``need_seconds``), its
+        the rest. Within each, by the seconds the quickest open check needs to decide (``RunCosts.need_seconds``), its
         pairs rounded up to whole decode batches as draws are (needle's 6 pairs cost a batch of 32 long prompts,
         more than json's 29); a task no open variant needs goes last."""
         names = [t.name for t in runner.tasks]
@@ -157,8 +156,8 @@ class Rounds:
         sharing = {t: sum(t in n for n in needs.values()) for t in names}
 
         def seconds(task: str, among: dict[str, dict[str, int]]) -> float:
-            return min((self.need_seconds(v, task, whole_batches(n[task], self.batch_size), sharing[task], base,
-                                          drawn[task])
+            return min((self.costs.need_seconds(v, task, whole_batches(n[task], self.batch_size), sharing[task],
+                                                base, drawn[task])
                         for v, n in among.items() if v in needs and task in n), default=float("inf"))
 
         def key(task: str) -> tuple[float, float, int]:
@@ -190,30 +189,11 @@ class Rounds:
         runner.round(variants, active, task_major=True)
         pairs = len(runner.store.done_ids(name, task)) - before
         if pairs > 0:
-            cost = self.costs.setdefault(f"{name}/{task}", [0.0, 0])
-            cost[0], cost[1] = cost[0] + time.monotonic() - t0, cost[1] + pairs
-
-    def need_seconds(self, variant: str, task: str, pairs: int, sharing: int, base: str, drawn: int) -> float:
-        """Seconds ``pairs`` more pairs of ``variant`` on ``task`` cost (after ``drawn`` samples): its own, plus its
-        share of the baseline's (``base_seconds``; the baseline answers a sample once for the ``sharing`` variants
-        that need it)."""
-        return pairs * self.per_pair(variant, task) + self.base_seconds(task, pairs, drawn, base) / max(sharing, 1)
-
-    def base_seconds(self, task: str, k: int, drawn: int, base: str) -> float:
-        """Seconds the baseline takes to answer the next ``k`` samples of ``task`` after ``drawn``: nothing for those
-        a stored baseline holds, and for the rest its seconds per sample as measured in this run, else as recorded
-        where the stored ones were generated (``draws.baseline_seconds``): a warm run with a new candidate plans its
-        draws past the stored samples at what they will cost, not at nothing."""
-        return baseline_seconds(k, drawn, self.stored.get(task, StoredBaseline()), self.costs.get(f"{base}/{task}"))
+            self.costs.add(name, task, time.monotonic() - t0, pairs)
 
     def budget_left(self) -> float | None:
         """Seconds of the budget left (None: no budget)."""
         return self.started + self.budget_s - time.monotonic() if self.budget_s is not None else None
-
-    def per_pair(self, name: str, task: str) -> float:
-        """Measured seconds per pair of ``name`` on ``task`` (0.0 when not measured: a stored baseline, a copy)."""
-        seconds, pairs = self.costs.get(f"{name}/{task}", (0.0, 0))
-        return seconds / pairs if pairs else 0.0
 
     def failed(self, runner: RoundsRunner) -> set[str]:
         """Variants the gate FAILs on what is stored so far."""
@@ -249,7 +229,7 @@ class Rounds:
     def fits(self, variant: str, task: str, need: int, drawn: int, sharing: int, base: str) -> bool:
         """Whether ``need`` more pairs fit in the cap and the budget left; else recorded, said once, and False."""
         room = self.caps.get(task, DEFAULT_CAP) - drawn
-        seconds = self.need_seconds(variant, task, need, sharing, base, drawn)
+        seconds = self.costs.need_seconds(variant, task, need, sharing, base, drawn)
         left = self.budget_left()
         if need <= room and (left is None or seconds <= left):
             self.out_of_reach.get(variant, {}).pop(task, None)
@@ -284,13 +264,13 @@ class Rounds:
             if left is not None:
                 drawn = len(task.samples)
                 order = self.priority(task.name, wants, base, drawn)
-                seconds = {v: self.per_pair(v, task.name) for v in order}
-                base_s = self.base_seconds(task.name, k, drawn, base) / max(k, 1)  # per sample, over the draw
+                seconds = {v: self.costs.per_pair(v, task.name) for v in order}
+                base_s = self.costs.base_seconds(task.name, k, drawn, base) / max(k, 1)  # per sample, over the draw
                 chosen, afford = joining(order, wants, seconds, base_s, left, k)
                 if grew and afford < wants[chosen[0]]:
                     continue  # the draws before it took what is left; next round, if any
                 k = min(k, max(afford, wants[chosen[0]], 1))
-                left -= self.base_seconds(task.name, k, drawn, base) + k * sum(seconds[v] for v in chosen)
+                left -= self.costs.base_seconds(task.name, k, drawn, base) + k * sum(seconds[v] for v in chosen)
                 self._defer(needs, task.name, [v for v in order if v not in chosen], chosen[0])
             if task.draw(k) == 0:
                 self.capped[task.name] = f"its {len(task.samples)} samples are all used"
@@ -300,11 +280,11 @@ class Rounds:
 
     def priority(self, task: str, wants: dict[str, int], base: str, drawn: int) -> list[str]:
         """The variants wanting ``task``, nearest decision first: a check heading to a FAIL before the rest, then
-        by the seconds their need takes (``need_seconds``)."""
+        by the seconds their need takes (``RunCosts.need_seconds``)."""
         def key(v: str) -> tuple[int, float, str]:
             fail = self.failing.get(v, {}).get(task)
             need = fail if fail is not None else wants[v]
-            return (0 if fail is not None else 1, self.need_seconds(v, task, need, len(wants), base, drawn), v)
+            return (0 if fail is not None else 1, self.costs.need_seconds(v, task, need, len(wants), base, drawn), v)
 
         return sorted(wants, key=key)
 
@@ -335,5 +315,4 @@ class Rounds:
         runner.store.update_state(rounds=n_round, drawn={t.name: len(t.samples) for t in runner.tasks},
                                   stop_reason=self.stop_reason, capped=self.capped,
                                   out_of_reach={v: t for v, t in self.out_of_reach.items() if t},
-                                  stopped=self.stopped, round_costs=self.costs,
-                                  seconds_per_pair={k: round(s / n, 3) for k, (s, n) in self.costs.items() if n})
+                                  stopped=self.stopped, **self.costs.to_state())

@@ -398,6 +398,37 @@ def test_an_undecided_check_says_how_much_budget_would_decide_it(report):
     assert seconds_to_decide({"baseline": "bf16", "seconds_per_pair": {"v/a": 1.0, "v/b": 3.0}}, pooled) == 20.0
 
 
+def test_a_warm_runs_card_prices_the_baseline_samples_past_the_stored_ones():
+    """A warm run whose stored baseline answered every drawn sample measured no baseline cost; the samples a check
+    still needs past the stored ones make the baseline generate, at what its manifest recorded. The card counts
+    them, and none of the stored ones."""
+    from evalsuite.report.digest import seconds_to_decide
+
+    check = {"variant": "kv", "task": "needle", "slice": "all", "check": "max_drop", "n": 48, "more_needed": 20}
+    r = {"baseline": "bf16", "checks": [check], "seconds_per_pair": {"kv/needle": 1.0}}
+    assert seconds_to_decide(r, check) == pytest.approx(20.0)  # without baseline_cost: the variant's only
+    past = {**r, "baseline_cost": {"needle": {"drawn": 48, "held": 48, "seconds": 4.0}}}
+    assert seconds_to_decide(past, check) == pytest.approx(20 * 1.0 + 20 * 4.0)
+    within = {**r, "baseline_cost": {"needle": {"drawn": 48, "held": 60, "seconds": 4.0}}}
+    assert seconds_to_decide(within, check) == pytest.approx(20 * 1.0 + 8 * 4.0)  # 12 of the 20 are stored
+
+
+def test_the_report_takes_the_baseline_cost_from_the_runs_state():
+    """``report.build.baseline_cost``: the stored baseline's prefix and recorded rate, or the rate measured in the
+    run from MIN_MEASURED samples on; nothing for a run without rounds."""
+    from evalsuite.core.state import RunState
+    from evalsuite.report.build import baseline_cost
+
+    assert baseline_cost(RunState()) is None
+    warm = RunState(drawn={"needle": 48}, baseline_stored={"needle": [48, 4.8]})
+    assert baseline_cost(warm) == {"needle": {"drawn": 48, "held": 48, "seconds": 4.8}}
+    measured = RunState(drawn={"needle": 64}, baseline_stored={"needle": [48, 4.8]},
+                        round_costs={"bf16/needle": [48.0, 16]})
+    assert baseline_cost(measured)["needle"]["seconds"] == pytest.approx(3.0)
+    cold = RunState(drawn={"json": 16}, round_costs={"bf16/json": [8.0, 16]})
+    assert baseline_cost(cold) == {"json": {"drawn": 16, "held": 0, "seconds": 0.5}}
+
+
 def test_a_slice_check_counts_the_task_samples_its_pairs_take():
     """A slice check's ``more_needed`` counts pairs in the slice; with 16 of the task's 48 pairs in it, each pair
     takes about three samples of the task, and the budget those samples take is what the card states."""

@@ -166,7 +166,7 @@ def test_a_check_heading_to_a_fail_goes_first():
 
     runner = _Tasks(_three_tasks())
     rounds = Rounds(round_size=16, batch_size=8)
-    rounds.costs = {"bf16/cheap": [1.6, 16], "kv/cheap": [1.6, 16], "w/cheap": [1.6, 16],
+    rounds.costs.pairs = {"bf16/cheap": [1.6, 16], "kv/cheap": [1.6, 16], "w/cheap": [1.6, 16],
                     "bf16/near": [16.0, 16], "kv/near": [16.0, 16], "w/near": [32.0, 16]}
     needs = {"kv": {"cheap": 27, "near": 16}, "w": {"cheap": 400, "near": 2}}
     rounds.quickest_first(runner, needs, "bf16")
@@ -222,7 +222,7 @@ def test_a_task_stops_when_its_need_does_not_fit_the_budget_left():
     lines = []
     r = Rounds(budget_s=100.0, log=lines.append)
     r.caps = {"t": 1000}
-    r.costs = {"v/t": [10.0, 10], "bf16/t": [20.0, 10]}  # 1 s per pair, the baseline's 2 s shared by 2 variants
+    r.costs.pairs = {"v/t": [10.0, 10], "bf16/t": [20.0, 10]}  # 1 s per pair, the baseline's 2 s shared by 2 variants
     assert r.fits("v", "t", 40, 16, 2, "bf16")  # 80 s
     assert not r.fits("v", "t", 60, 16, 2, "bf16")  # 120 s > ~100 s left
     assert r.stopped["v"]["t"].startswith("out of reach: ~60 more pairs take ~120 s, more than the")
@@ -318,7 +318,7 @@ def test_later_rounds_go_where_a_decision_is_nearest():
     runner = _Tasks(_three_tasks())
     rounds = Rounds(round_size=16, batch_size=8)
     # seconds per pair: the baseline 0.1 everywhere; "cheap" costs little a pair but needs many pairs
-    rounds.costs = {"bf16/cheap": [1.6, 16], "v/cheap": [1.6, 16], "bf16/near": [16.0, 16], "v/near": [32.0, 16],
+    rounds.costs.pairs = {"bf16/cheap": [1.6, 16], "v/cheap": [1.6, 16], "bf16/near": [16.0, 16], "v/near": [32.0, 16],
                     "bf16/far": [1.6, 16], "v/far": [3.2, 16]}
     needs = {"v": {"cheap": 400, "near": 5, "far": 300}}  # cheap 400 x 0.2 = 80 s, near 5 x 3 = 15 s, far 90 s
     rounds.quickest_first(runner, needs, "bf16")
@@ -332,7 +332,7 @@ def test_a_draw_is_cut_to_what_the_budget_left_affords():
 
     runner = _Tasks(_three_tasks())
     rounds = Rounds(round_size=16, batch_size=32, budget_s=100.0)
-    rounds.costs = {"bf16/near": [16.0, 16], "v/near": [32.0, 16], "bf16/far": [16.0, 16], "v/far": [16.0, 16]}
+    rounds.costs.pairs = {"bf16/near": [16.0, 16], "v/near": [32.0, 16], "bf16/far": [16.0, 16], "v/far": [16.0, 16]}
     needs = {"v": {"near": 5, "far": 10}}
     rounds.quickest_first(runner, needs, "bf16")
     assert rounds.draw(runner, needs, "bf16")
@@ -342,7 +342,7 @@ def test_a_draw_is_cut_to_what_the_budget_left_affords():
     assert [t.name for t in runner.tasks][:2] == ["far", "near"]
     assert drawn == {"near": 11, "far": 32, "cheap": 0}
     rounds = Rounds(round_size=16, batch_size=32, budget_s=30.0)
-    rounds.costs = {"bf16/near": [16.0, 16], "v/near": [32.0, 16]}
+    rounds.costs.pairs = {"bf16/near": [16.0, 16], "v/near": [32.0, 16]}
     runner = _Tasks(_three_tasks())
     assert rounds.draw(runner, {"v": {"near": 5}}, "bf16")
     assert len(next(t for t in runner.tasks if t.name == "near").samples) - 16 == 9  # 30 s / 3 s, not a batch
@@ -355,7 +355,7 @@ def test_a_short_budget_goes_to_the_variant_nearest_a_decision():
         runner = _Tasks(_three_tasks())
         rounds = Rounds(round_size=16, batch_size=32, budget_s=100.0, log=lambda s: None)
         # seconds per pair: the baseline 3.0, w 3.4, kv 2.4 on "near": all three cost 8.8 s a sample
-        rounds.costs = {"bf16/near": [48.0, 16], "w/near": [54.4, 16], "kv/near": [38.4, 16]}
+        rounds.costs.pairs = {"bf16/near": [48.0, 16], "w/near": [54.4, 16], "kv/near": [38.4, 16]}
         rounds.failing = {"w": {"near": 4}}  # w's FAIL is 4 pairs away
         needs = {"w": {"near": 4}, "kv": {"near": kv_need}}
         assert rounds.draw(runner, needs, "bf16")
@@ -390,20 +390,20 @@ def test_variants_are_built_before_their_first_task_is_timed(tiny, tmp_path, pol
 def test_a_warm_run_plans_the_baselines_new_samples_at_what_they_cost():
     """Samples a stored baseline holds cost the baseline nothing; past them it generates, at its seconds per
     sample measured in this run (from 8 samples on), else as recorded where the stored ones were generated."""
-    from evalsuite.run.draws import StoredBaseline
+    from evalsuite.core.costs import StoredBaseline
     from evalsuite.run.rounds import Rounds
 
     r = Rounds(budget_s=100.0, log=lambda s: None)
-    r.caps, r.stored = {"t": 1000}, {"t": StoredBaseline(held=48, seconds=4.0)}
-    r.costs = {"v/t": [16.0, 16]}  # the variant: 1 s a pair; the baseline generated nothing yet (imported)
-    assert r.base_seconds("t", 32, 16, "bf16") == 0.0  # samples 16-47: all stored
-    assert r.base_seconds("t", 32, 32, "bf16") == 16 * 4.0  # 32-63: 48-63 generated
-    assert r.need_seconds("v", "t", 32, 2, "bf16", 48) == 32 * 1.0 + 32 * 4.0 / 2  # shared by two variants
+    r.caps, r.costs.stored = {"t": 1000}, {"t": StoredBaseline(held=48, seconds=4.0)}
+    r.costs.pairs = {"v/t": [16.0, 16]}  # the variant: 1 s a pair; the baseline generated nothing yet (imported)
+    assert r.costs.base_seconds("t", 32, 16, "bf16") == 0.0  # samples 16-47: all stored
+    assert r.costs.base_seconds("t", 32, 32, "bf16") == 16 * 4.0  # 32-63: 48-63 generated
+    assert r.costs.need_seconds("v", "t", 32, 2, "bf16", 48) == 32 * 1.0 + 32 * 4.0 / 2  # shared by two variants
     assert not r.fits("v", "t", 30, 48, 1, "bf16")  # 30 x (1 + 4) s > 100 s left: stored answers do not hide it
-    r.costs["bf16/t"] = [1.0, 1]  # one sample when the budget cut its batch short: not trusted
-    assert r.base_seconds("t", 8, 48, "bf16") == 8 * 4.0
-    r.costs["bf16/t"] = [16.0, 8]
-    assert r.base_seconds("t", 8, 48, "bf16") == 8 * 2.0  # measured here, from 8 samples on
+    r.costs.pairs["bf16/t"] = [1.0, 1]  # one sample when the budget cut its batch short: not trusted
+    assert r.costs.base_seconds("t", 8, 48, "bf16") == 8 * 4.0
+    r.costs.pairs["bf16/t"] = [16.0, 8]
+    assert r.costs.base_seconds("t", 8, 48, "bf16") == 8 * 2.0  # measured here, from 8 samples on
 
 
 def test_later_rounds_count_a_need_as_the_whole_batches_it_draws():
@@ -413,6 +413,6 @@ def test_later_rounds_count_a_need_as_the_whole_batches_it_draws():
 
     runner = _Tasks(_three_tasks())
     rounds = Rounds(round_size=16, batch_size=32)
-    rounds.costs = {"bf16/near": [64.0, 16], "v/near": [16.0, 16], "bf16/far": [8.0, 16], "v/far": [8.0, 16]}
+    rounds.costs.pairs = {"bf16/near": [64.0, 16], "v/near": [16.0, 16], "bf16/far": [8.0, 16], "v/far": [8.0, 16]}
     rounds.quickest_first(runner, {"v": {"near": 6, "far": 40}}, "bf16")
     assert [t.name for t in runner.tasks][:2] == ["far", "near"]  # 6 x 5 s = 30 s < 40 s, but 32 x 5 s > 64 s
