@@ -217,10 +217,11 @@ class Runner:
     def generate(self, variant: VariantRef, name: str, batch_size: int,
                  tasks: Sequence[PreparedTask] | None = None, decode: str = "generated") -> None:
         """Generate the samples still to do, storing each group as the backend completes it (``decode``: how the
-        stored rows say they were obtained)."""
+        stored rows say they were obtained). Nothing starts past the deadline: rows that verification left when the
+        budget ran out wait for a later run instead of being regenerated (a needle row prefills its whole prompt)."""
         for task in self.tasks if tasks is None else tasks:
             todo = self.todo(name, task)
-            if not todo:
+            if not todo or self.out_of_time():
                 continue
             bar = tqdm(total=len(todo), desc=f"{name} · {task.name}", disable=not self.progress, leave=False)
             started, cost = time.monotonic(), self.spent.setdefault(task.name, [0.0, 0])

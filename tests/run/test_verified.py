@@ -216,3 +216,33 @@ def test_the_baselines_side_is_computed_once_per_sample_across_variants(tokenize
     off = run_model(loaded, tmp_path / "off", variants, tasks=tasks, verify=False)
     for v in variants:
         assert {r.sample_id: r.output for r in on.samples(v)} == {r.sample_id: r.output for r in off.samples(v)}
+
+
+def test_a_deadline_during_verification_regenerates_nothing(tokenizer, tmp_path):
+    """When the budget runs out while a variant's answers are being verified, the rows not verified yet wait for
+    a later run: none is regenerated past the deadline (a regenerated needle row prefills its whole prompt: 86 s
+    over a 9-minute budget for 9 rows, measured)."""
+    import time
+
+    from evalsuite.core.config import RunConfig
+    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.run.runner import Runner
+
+    loaded, tasks = fp32_tiny(tokenizer), prepared(n=8, seed=2)
+    config = RunConfig(model=loaded.name, variants=["bf16", "kv4g32r8"], tasks=[t.name for t in tasks], batch_size=2)
+    store = Store.create(tmp_path / "r", config.to_dict())
+    backend = InProcessBackend.of(loaded, seed=config.seed, max_batch_tokens=64)
+    runner = Runner(config, backend, tasks, store, progress=False, log=lambda s: None)
+    verify = backend.verify
+
+    def verify_then_expire(*args, **kw):
+        for rows in verify(*args, **kw):
+            runner.set_deadline(time.monotonic() - 1)  # the budget ends with the first verified batch
+            yield rows
+
+    backend.verify = verify_then_expire
+    variants = backend.variants(config.variants)
+    runner.round(variants, {"kv4g32r8": {t.name for t in tasks}}, task_major=True)
+    rows = store.samples("kv4g32r8")
+    assert 0 < len(rows) < 8 and len(store.samples("bf16")) == 8
+    assert {r.decode.split("@")[0] for r in rows} <= {"verified", "diverged"}  # nothing regenerated
