@@ -34,7 +34,7 @@ of the stored run sees exactly the pairs the run stopped with. ``--resume`` cont
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol, Sequence
 
 from evalsuite.core.costs import RunCosts
@@ -94,9 +94,9 @@ class Rounds:
         state = runner.store.state()
         n_round, source = int(state.rounds), runner.baseline_source
         self.caps = {t.name: task_cap(t, self.max_samples) for t in runner.tasks}
-        self.costs = RunCosts({k: list(v) for k, v in state.round_costs.items()},
-                              {t.name: source.held(t, runner.backend.settings()) for t in runner.tasks}
-                              if source is not None else {})
+        held = ({t.name: source.held(t, runner.backend.settings()) for t in runner.tasks}
+                if source is not None else {})
+        self.costs = replace(RunCosts.from_state(state), stored=held)  # what the store holds now, not at the last run
         if self.budget_s is not None:
             runner.set_deadline(self.started + self.budget_s)
         needs: dict[str, dict[str, int]] | None = None  # after a round: variant -> task -> pairs still needed
