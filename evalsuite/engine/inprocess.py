@@ -1,10 +1,9 @@
 """The in-process backend: the baseline loaded in this process, each variant built from it once.
 
-Generation runs through evalsuite's batched decoder (``run.generate`` / ``run.engine``: length-sorted batches, a
-task's shared prompt prefix encoded once, finished rows leave the batch); a task asking for ``n > 1`` generations
-(pass@k) gets them as extra rows of the same batches, each row sampled from its own seed (``scoring.row_seed``) so
-the answers do not depend on how samples were batched. KLD is teacher-forced on the baseline's answers
-(``run.kld``), the baseline's log-probs computed once per batch and kept for the next variant.
+Generation: evalsuite's batched decoder (``engine.generate``; ``n > 1`` generations as extra rows, each seeded by
+``scoring.row_seed``). A greedy variant is verified against the baseline's answer, which gives its KLD in the same
+pass (``engine.verify``); else KLD is teacher-forced on the baseline's answers (``engine.kld``). Prompts:
+``engine.taskprompts``; prompt K/V kept between passes under one byte budget: ``engine.snapshots``.
 """
 from __future__ import annotations
 
@@ -17,27 +16,25 @@ from evalsuite.onednn import isa_setting
 from evalsuite.models.invariance import invariant
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
-from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills, plain_dynamic
+from evalsuite.engine.decoder import encode_prefix, exact_prefill, observe_prefills
 from evalsuite.engine.forced import plan_passes
-from evalsuite.engine.generate import Generation, cut_at_stop, encode_prompts, iter_generate, shared_prefix_len
+from evalsuite.engine.generate import iter_generate
 from evalsuite.engine.generate import stop_ids
-from evalsuite.engine.kld import BaselineLogprobCache, baseline_answer_logprobs, kld_batches, teacher_forced_kld
+from evalsuite.engine.kld import BaselineLogprobCache, baseline_answer_logprobs, teacher_forced_kld
 from evalsuite.run.prepare import PreparedTask, prepare_variants
-from evalsuite.run.prompts import render_prompt
 from evalsuite.core.records import KLDResult, Reference, SampleResult, VariantInfo
 from evalsuite.run.scoring import row_seed, score_sample
 from evalsuite.engine.snapshots import PROMPT_KV_BYTES, PromptSnapshots, PromptStore
-from evalsuite.engine.kvbytes import measure_kv_bytes_per_token
+from evalsuite.engine.taskprompts import TaskPrompts
+from evalsuite.engine.info import variant_info
 from evalsuite.engine.speed import SpeedProbe
-from evalsuite.engine.verify import Checked, Side, Verified, baseline_logprobs, check_batch, finish, pooled
+from evalsuite.engine.verify import Checked, Side, Verified, as_generation, baseline_logprobs
+from evalsuite.engine.verify import check_batch, finish, pooled, unverifiable
 from evalsuite.variants.build import BuiltVariant, build_variant
-from evalsuite.tasks.base import Sample, TaskContext
+from evalsuite.tasks.base import TaskContext
 from evalsuite.variants.spec import VariantSpec
 
 KLD_METHOD = "teacher-forced on the baseline's answer tokens (full vocabulary, in-process)"
-#: why ``--verify auto`` regenerates in bf16 on kernels that are not batch-invariant (measured: docs/verification.md)
-BF16_UNVERIFIED = ("a weight-only variant in bf16 compute on kernels that are not batch-invariant: regenerating "
-                   "costs less than verifying, where most rows diverge early and decode a tail (--verify on verifies)")
 #: KLD rows measured by the verification pass (the baseline's generated ids, chunked as decoding flushes)
 VERIFY_KLD = "verify-pass"
 
@@ -66,8 +63,7 @@ class InProcessBackend:
     #: sibling may take
     _weight_only: dict[str, tuple[Any, str | None]] = field(default_factory=dict)
     _tokenizer: Any = None
-    _prompts: dict[str, list[tuple[str, bool]]] = field(default_factory=dict)
-    _prefix: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (samples seen, prefix tokens)
+    _task_prompts: TaskPrompts = field(init=False)
     _base_lp: BaselineLogprobCache = field(default_factory=BaselineLogprobCache)
     prompt_kv: PromptStore = field(init=False)  # the two parts below, under snapshot_bytes
     snapshots: PromptSnapshots = field(init=False)  # a variant's own (a new part per generation)
@@ -75,6 +71,7 @@ class InProcessBackend:
     speed_probe: SpeedProbe = field(default_factory=SpeedProbe)  # TTFT / ITL of every variant on fixed prompts
 
     def __post_init__(self) -> None:
+        self._task_prompts = TaskPrompts(self.tokenizer_only)
         self.prompt_kv = PromptStore(self.snapshot_bytes)
         self.snapshots = self.prompt_kv.part("variant")
         self.base_prompts = self.prompt_kv.part("base", evict=True)
@@ -125,9 +122,8 @@ class InProcessBackend:
         return self._built[spec.name]
 
     def release(self, variant: VariantSpec) -> None:
-        """Free the variant. Prompt K/V a weight-only variant kept stay held (within the budget) until the next
-        weight-only variant's part replaces them: a "+kv" sibling run after it verifies from them (in a run that
-        takes one variant at a time, the weight-only variant is released before its sibling starts)."""
+        """Free the variant. A weight-only variant's prompt K/V stay held (within the budget) until the next one's
+        replace them: a "+kv" sibling run after it verifies from them."""
         self._built.pop(variant.name, None)
         if self.snapshots.owner not in self._weight_only:
             self.snapshots.clear()
@@ -146,7 +142,7 @@ class InProcessBackend:
 
     def task_context(self) -> TaskContext:
         """The model's own token counts (chat template included) and window; loaded only when a task asks."""
-        return TaskContext(count_tokens=self._count_tokens, max_positions=self._max_positions,
+        return TaskContext(count_tokens=self._task_prompts.count_tokens, max_positions=self._max_positions,
                            model_name=getattr(self.loader, "name", None) or "the model")
 
     def tokenizer_only(self) -> Any:
@@ -157,11 +153,6 @@ class InProcessBackend:
             self._tokenizer = self.loader.tokenizer() if hasattr(self.loader, "tokenizer") else self.loaded.tokenizer
         return self._tokenizer
 
-    def _count_tokens(self, sample: Sample) -> int:
-        tok = self.tokenizer_only()
-        text, special = render_prompt(sample, tok)
-        return len(tok(text, add_special_tokens=special)["input_ids"])
-
     def _max_positions(self) -> int | None:
         if self.base is not None:
             return self.base.meta.get("max_positions")
@@ -169,18 +160,11 @@ class InProcessBackend:
 
     def prompts(self, task: PreparedTask) -> list[tuple[str, bool]]:
         """Rendered prompts (text, add_special_tokens) of every sample of ``task``."""
-        if task.name not in self._prompts or len(self._prompts[task.name]) != len(task.samples):
-            self._prompts[task.name] = [render_prompt(s, self.loaded.tokenizer) for s in task.samples]
-        return self._prompts[task.name]
+        return self._task_prompts.of(task)
 
     def prefix_len(self, task: PreparedTask) -> int:
-        """Tokens all of the task's prompts share (so a resumed or sharded subset computes what a full run does).
-        Recomputed when a sequential round added samples: a new prompt may share less than the first ones did."""
-        seen, p = self._prefix.get(task.name, (0, 0))
-        if seen != len(task.samples):
-            p = shared_prefix_len(self.loaded.tokenizer, self.prompts(task))
-            self._prefix[task.name] = (len(task.samples), p)
-        return p
+        """Tokens all of the task's prompts share (``engine.taskprompts``)."""
+        return self._task_prompts.prefix_len(task)
 
     def generate(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
                  batch_size: int) -> Iterator[list[SampleResult]]:
@@ -189,8 +173,7 @@ class InProcessBackend:
         seeds = [row_seed(self.seed, task.samples[i].id, r % n) for r, i in enumerate(rows)]
         batches = iter_generate(built.model, built.tokenizer, [prompts[i] for i in rows], task.gen,
                                 built.make_cache, max_batch=batch_size * n, max_tokens=self.max_batch_tokens,
-                                seed=self.seed, prefix_len=self.prefix_len(task), row_seeds=seeds,
-                                group=n)
+                                seed=self.seed, prefix_len=self.prefix_len(task), row_seeds=seeds, group=n)
         with observe_prefills(*self.prefill_hooks(variant, name, built)):
             for idx, gens in batches:
                 by_sample: dict[int, list[Any]] = {}
@@ -214,10 +197,11 @@ class InProcessBackend:
 
     def kld(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
             answers: Sequence[str], batch_size: int) -> Iterator[list[KLDResult]]:
-        built, prompts = self.built(variant), self.prompts(task)
-        prompt_ids = [tuple(x) for x in encode_prompts(self.loaded.tokenizer, [prompts[i] for i in indices])]
-        for js in kld_batches(self.loaded.tokenizer, [len(x) for x in prompt_ids], answers, batch_size,
-                              self.max_batch_tokens):
+        built, prompts, p = self.built(variant), self.prompts(task), self.prefix_len(task)
+        prompt_ids, tok = self._task_prompts.keys(task, indices), self.loaded.tokenizer
+        lens = [len(tok(a, add_special_tokens=False)["input_ids"]) for a in answers]
+        # planned as if prefilled, kept prompt K/V or not: the same batches for every variant (the baseline's cached)
+        for js in plan_passes([len(k) - p for k in prompt_ids], lens, True, batch_size, self.max_batch_tokens):
             chunk, texts, keys = [indices[j] for j in js], [answers[j] for j in js], [prompt_ids[j] for j in js]
             ids = [task.samples[i].id for i in chunk]
             # kept (keep=True): a "+kv" sibling of the same weights verifies from them next
@@ -226,7 +210,7 @@ class InProcessBackend:
             res = teacher_forced_kld(self.loaded.model, built.model, self.loaded.tokenizer,
                                      [prompts[i] for i in chunk], texts,
                                      built.make_cache, self._base_lp, (task.name, tuple(ids)),
-                                     prefix_len=self.prefix_len(task), var_snapshot=snap, base_snapshot=base_snap,
+                                     prefix_len=p, var_snapshot=snap, base_snapshot=base_snap,
                                      # a warm run: the baseline's prefill here serves the KV variants' passes next
                                      observe_base=self.base_prompts.observe if self.snapshot_bytes else None)
             yield [KLDResult(name, task.name, sid, tuple(k), a, n) for sid, (k, a, n) in zip(ids, res)]
@@ -238,32 +222,18 @@ class InProcessBackend:
     def verifies(self, variant: VariantSpec) -> str:
         """"" when ``variant``'s greedy answers can be verified against the baseline's (``run.verify``), else why
         they are regenerated instead."""
-        built = self.built(variant)
-        if (not self.verify_bf16 and variant.kv is None and not invariant(built.model)
-                and str(self.loaded.dtype).removeprefix("torch.") == "bfloat16"):
-            return BF16_UNVERIFIED
-        if not plain_dynamic(built.model):
-            return "the model has sliding-window or linear-attention layers (a row's cache cannot be rebuilt)"
-        cache = built.make_cache()
-        if cache is not None and not hasattr(cache, "track"):
-            return ("transformers' QuantizedCache groups batch columns and re-quantizes its residual: no pass "
-                    "matches its decoding")
-        return ""
+        return unverifiable(self.built(variant), self.loaded.dtype, self.verify_bf16)
 
     def verify(self, variant: VariantSpec, name: str, task: PreparedTask, indices: Sequence[int],
                refs: Sequence[Reference], outputs: Sequence[str], batch_size: int
                ) -> Iterator[list[tuple[SampleResult, KLDResult, Verified]]]:
-        """Verified (or diverged-then-decoded) answers of ``variant`` to ``indices`` with their KLD, in
-        length-sorted batches within the token budget, given whole batches at a time once their tails are decoded
-        (tails pooled across consecutive batches); ``refs`` / ``outputs``: the baseline's ids and texts."""
-        built, prompts, tok = self.built(variant), self.prompts(task), self.loaded.tokenizer
-        keys = [tuple(x) for x in encode_prompts(tok, [prompts[i] for i in indices])]
-        p = self.prefix_len(task)
-        prefills = self._prefills(built)
+        """Verified (or diverged-then-decoded) answers of ``variant`` to ``indices`` with their KLD, in the batches
+        that pad least (``forced.plan_passes``), given once their diverged rows' tails are decoded (pooled across
+        batches: ``verify.pooled``); ``refs`` / ``outputs``: the baseline's ids and texts."""
+        built, tok, keys = self.built(variant), self.loaded.tokenizer, self._task_prompts.keys(task, indices)
+        p, prefills = self.prefix_len(task), self._prefills(built)
         if self.weight_only(built):  # its prefills serve a "+kv" sibling next
             self.snapshots = self.prompt_kv.part("variant", owner=name)
-        # batches of at most batch_size rows and max_batch_tokens padded (prompt + answer) tokens that pad least
-        # (``forced.plan_passes``); their diverged rows' tails decode together across batches (``verify.pooled``)
         plan = plan_passes([len(k) - p for k in keys], [len(r.ids) for r in refs], prefills, batch_size,
                            self.max_batch_tokens)
         checked = ((js, self._check_batch(built, task, [keys[j] for j in js], [refs[j] for j in js], p,
@@ -312,14 +282,9 @@ class InProcessBackend:
 
     def _verified_row(self, task: PreparedTask, index: int, name: str, base_output: str, v: Verified
                       ) -> tuple[SampleResult, KLDResult, Verified]:
-        tok = self.loaded.tokenizer
-        text = base_output if v.decode == "verified" else cut_at_stop(
-            tok.decode(v.ids, skip_special_tokens=True), task.gen.stop).rstrip()
-        gen = Generation(text=text, n_tokens=len(v.ids), prompt_tokens=0, ttft_s=None, itl_s=None,
-                         ids=tuple(v.ids), stop=v.stop, decode=v.decode)
-        row = score_sample(task, index, [gen], name, self.prompts(task)[index][0])
-        kl, agree, n = v.kld
-        return row, KLDResult(name, task.name, row.sample_id, tuple(kl), agree, n, VERIFY_KLD), v
+        row = score_sample(task, index, [as_generation(v, self.loaded.tokenizer, base_output, task.gen.stop)], name,
+                           self.prompts(task)[index][0])
+        return row, KLDResult(name, task.name, row.sample_id, tuple(v.kld[0]), *v.kld[1:], VERIFY_KLD), v
 
     def baseline_logprobs(self, task: PreparedTask, indices: Sequence[int], answers: Sequence[str]) -> Any:
         """(log-probs [batch, answer_len, vocab], answer ids) of the baseline teacher-forced on ``answers``, cached
@@ -333,15 +298,4 @@ class InProcessBackend:
         return self.built(variant).same_as_base
 
     def info(self, variant: VariantSpec, name: str) -> VariantInfo:
-        from evalsuite.kvcache import kv_bytes_per_token
-
-        built = self.built(variant)
-        ttft, itl = self.speed_probe.measure(built.model, built.tokenizer, built.make_cache)
-        return VariantInfo(variant=name, spec=variant.to_dict(), weight_bytes=built.weights.measured,
-                           ttft_s=ttft, itl_s=itl, speed_probe=self.speed_probe.to_dict(),
-                           weight_formula_bytes=built.weights.formula,
-                           kv_bytes_per_token=measure_kv_bytes_per_token(built),
-                           kv_formula_bytes_per_token=kv_bytes_per_token(variant.kv, built.model.config,
-                                                                          built.float_bytes),
-                           fingerprint=built.fingerprint, source=built.source,
-                           kernels=built.kernels if variant.weights.fmt != "none" else None)
+        return variant_info(self.built(variant), name, self.speed_probe)

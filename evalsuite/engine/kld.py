@@ -199,31 +199,3 @@ def packed_kld(base_rows: Sequence[Row], var_logit_rows: Sequence[Row]
     kl, agree = split_rows(torch.cat(kls), base_rows), split_rows(torch.cat(agrees), base_rows)
     return [(k.tolist(), int(a.sum()), int(a.shape[0])) for k, a in zip(kl, agree)]
 
-
-ANSWER_BAND = 32  #: answer tokens per sorting band of a KLD pass's batches
-
-
-def kld_batches(tokenizer: Any, prompt_lens: Sequence[int], answers: Sequence[str], max_batch: int,
-                max_tokens: int) -> list[list[int]]:
-    """A KLD pass's samples (positions) in batches of at most ``max_batch`` rows and ``max_tokens`` padded tokens
-    (rows x (longest prompt + longest answer): a batch pads every prompt to its longest and every answer to its
-    longest). Sorted by answer length in bands of ``ANSWER_BAND`` tokens, then by prompt length: the answer chunk
-    runs on every pass (code answers run from a few tokens to 256), the prompt only where no prompt K/V were kept
-    (a warm run's baseline side). Before, fixed slices in answer-length order prefilled needle prompts of 500 and
-    2,000 tokens together: the baseline's side of a warm run's 16 needle samples took 52 s, most of it padding,
-    29 s now. The batches are a function of the samples alone, so every variant sees the same ones (the
-    baseline's log-probs are cached per batch)."""
-    ans = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
-    order = sorted(range(len(answers)), key=lambda j: (ans[j] // ANSWER_BAND, prompt_lens[j], ans[j], j))
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    for j in order:
-        rows = cur + [j]
-        padded = len(rows) * (max(prompt_lens[i] for i in rows) + max(ans[i] for i in rows))
-        if cur and (len(rows) > max_batch or padded > max_tokens):
-            batches.append(cur)
-            rows = [j]
-        cur = rows
-    if cur:
-        batches.append(cur)
-    return batches

@@ -26,18 +26,39 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from evalsuite.engine.decoder import Decoded, Prefix, decode_from
+from evalsuite.engine.decoder import Decoded, Prefix, decode_from, plain_dynamic
 from evalsuite.engine.drafted import DRAFT, decode_drafted
 from evalsuite.engine.forced import PromptKV, forced_pass
+from evalsuite.engine.generate import Generation, cut_at_stop
 from evalsuite.engine.growcache import dynamic_layers, grow_cache
 from evalsuite.engine.kld import packed_kld
 from evalsuite.engine.ties import RowKV, agrees, fill_rows, scan, step_logits
 from evalsuite.core.records import Reference
 from evalsuite.models.invariance import invariant
 from evalsuite.tasks.base import GenSettings
+from evalsuite.variants.build import BuiltVariant
 
 #: a top-2 logit margin below this (per compute dtype) is a near-tie: verification does not trust the pass there
 NEAR_TIE = {torch.float32: 1e-3, torch.float64: 1e-6, torch.bfloat16: 0.25, torch.float16: 0.05}
+#: why ``--verify auto`` regenerates in bf16 on kernels that are not batch-invariant (measured: docs/verification.md)
+BF16_UNVERIFIED = ("a weight-only variant in bf16 compute on kernels that are not batch-invariant: regenerating "
+                   "costs less than verifying, where most rows diverge early and decode a tail (--verify on verifies)")
+
+
+def unverifiable(built: BuiltVariant, base_dtype: Any, verify_bf16: bool = True) -> str:
+    """"" when ``built``'s greedy answers can be verified against the baseline's, else why they are regenerated
+    instead (``base_dtype``: the baseline's compute dtype; ``verify_bf16``: verify a weight-only variant in bf16 on
+    kernels that are not batch-invariant too)."""
+    if (not verify_bf16 and built.spec.kv is None and not invariant(built.model)
+            and str(base_dtype).removeprefix("torch.") == "bfloat16"):
+        return BF16_UNVERIFIED
+    if not plain_dynamic(built.model):
+        return "the model has sliding-window or linear-attention layers (a row's cache cannot be rebuilt)"
+    cache = built.make_cache()
+    if cache is not None and not hasattr(cache, "track"):
+        return ("transformers' QuantizedCache groups batch columns and re-quantizes its residual: no pass "
+                "matches its decoding")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -92,6 +113,15 @@ class Verified:
     decode: str  # "verified" | "diverged@t"
     kld: tuple[list[float], int, int]
     check: Check
+
+
+def as_generation(v: Verified, tokenizer: Any, base_output: str, stop: Sequence[str]) -> Generation:
+    """``v``'s answer as decoding gives it: the baseline's text where verified, else its ids decoded and cut at the
+    task's ``stop`` strings."""
+    text = base_output if v.decode == "verified" else cut_at_stop(
+        tokenizer.decode(v.ids, skip_special_tokens=True), stop).rstrip()
+    return Generation(text=text, n_tokens=len(v.ids), prompt_tokens=0, ttft_s=None, itl_s=None, ids=tuple(v.ids),
+                      stop=v.stop, decode=v.decode)
 
 
 @dataclass(frozen=True)

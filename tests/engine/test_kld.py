@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from evalsuite.kvcache import KVConfig, make_cache
 from evalsuite.engine.decoder import encode_prefix
 from evalsuite.engine.answer import prefill_answer_logprobs
-from evalsuite.engine.kld import BaselineLogprobCache, kld_batches, teacher_forced_kld
+from evalsuite.engine.kld import BaselineLogprobCache, teacher_forced_kld
 from tests.conftest import make_tiny_model
 
 HEAD = "System: answer in a few words. Be brief and exact, and do not explain anything at all. "
@@ -111,22 +111,6 @@ def test_answer_in_chunks_gives_the_one_chunk_log_probs(fp32, tokenizer):
     assert [p.shape[1] for p in pieces] == [1] + [2] * ((ans["input_ids"].shape[1] - 1) // 2) + (
         [1] if (ans["input_ids"].shape[1] - 1) % 2 else [])
     torch.testing.assert_close(F.log_softmax(torch.cat(pieces, dim=1), -1), one, atol=1e-4, rtol=1e-4)
-
-
-def test_kld_batches_group_similar_lengths_within_the_token_budget(tokenizer):
-    prompt_lens = [2000, 500, 1900, 520, 1000, 980, 60, 2050]
-    answers = ["word " * n for n in (8, 40, 8, 30, 12, 12, 200, 5)]
-    ans = [len(tokenizer(a, add_special_tokens=False)["input_ids"]) for a in answers]
-    batches = kld_batches(tokenizer, prompt_lens, answers, max_batch=4, max_tokens=4200)
-    assert sorted(j for b in batches for j in b) == list(range(8))  # every sample once
-    for b in batches:
-        padded = len(b) * (max(prompt_lens[j] for j in b) + max(ans[j] for j in b))
-        assert len(b) <= 4 and (len(b) == 1 or padded <= 4200)
-    assert frozenset({0, 2}) in {frozenset(b) for b in batches}  # the two long prompts together, not with 500s
-    slices = [list(range(i, i + 4)) for i in (0, 4)]  # fixed slices, as before
-    cost = lambda bs: sum(len(b) * (max(prompt_lens[j] for j in b) + max(ans[j] for j in b)) for b in bs)
-    assert cost(batches) < 0.75 * cost(slices)
-    assert kld_batches(tokenizer, prompt_lens, answers, 4, 4200) == batches  # a function of the samples alone
 
 
 def test_a_baseline_prefill_hands_its_prompt_kv_to_the_store_not_the_variants(fp32, tokenizer):

@@ -102,7 +102,8 @@ def test_bf16_weight_only_variants_regenerate_only_without_invariant_kernels(tin
     """``--verify auto`` (the backend's ``verify_bf16=False``) verifies every greedy variant on batch-invariant
     kernels; on other kernels (here SDPA) it regenerates a weight-only variant in bf16 compute and says why, and
     still verifies a KV-cache variant; ``on`` verifies both."""
-    from evalsuite.engine.inprocess import BF16_UNVERIFIED, InProcessBackend
+    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.engine.verify import BF16_UNVERIFIED
     from evalsuite.models.invariance import invariant
 
     assert str(tiny.dtype).removeprefix("torch.") == "bfloat16"
