@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -118,7 +119,7 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
     from evalsuite.cli.common import set_run_dir
     from evalsuite.gate.decide import store_decider
     from evalsuite.gate.policy import load_policy
-    from evalsuite.run.pipeline import execute, new_run_id, resume_config
+    from evalsuite.run.pipeline import execute, new_run_id
     from evalsuite.core.store import resolve_run_dir, score_table
     from evalsuite.variants.spec import split_specs
 
@@ -132,21 +133,11 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
         device = check_device(device)  # a bad or absent device: one line, exit 2, no run folder
     if resume:
         run_dir = resolve_run_dir(resume, root)
-        config = resume_config(run_dir)
-        config.device = device or check_device(config.device)  # the stored device unless --device is given
-        if budget is not None:  # a budgeted run continues under a new budget
-            config.budget_s = parse_duration(budget)
-        if max_samples is not None:  # ... and under a new cap
-            config.max_samples = max_samples
+        config = resumed(run_dir, device, budget, max_samples)
     else:
-        task_list = [t.strip() for t in tasks.split(",") if t.strip()]
-        task_params = parse_params(params)
-        for name in lm_eval_tasks:
-            task_list.append(f"lm_eval:{name}")
-            if lm_eval_include is not None:
-                task_params.setdefault(f"lm_eval:{name}", {})["include"] = str(lm_eval_include.resolve())
         if store_baseline is not None and baseline_dir is not None:
             raise EvalsuiteError("--baseline (strict reuse) and --store-baseline (reuse and grow) exclude each other")
+        task_list, task_params = task_options(tasks, params, lm_eval_tasks, lm_eval_include)
         config = RunConfig(model=model, dtype=dtype, device=device or "auto", variants=split_specs(variants),
                            tasks=task_list, task_params=task_params, seed=seed, limit=limit, batch_size=batch_size,
                            kld=kld, noise_floor=noise_floor, max_samples=max_samples, round_size=round_size,
@@ -176,6 +167,32 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
     from evalsuite.cli.finish import gate_and_report
 
     return gate_and_report(store, policy, echo=click.echo)
+
+
+def resumed(run_dir: Path, device: str | None, budget: str | None, max_samples: int | None) -> RunConfig:
+    """The stored config of the run in ``run_dir``, on ``device`` (else its stored one) and, where given, under a
+    new budget and cap (a budgeted run continues under them)."""
+    from evalsuite.run.pipeline import resume_config
+
+    config = resume_config(run_dir)
+    config.device = device or check_device(config.device)
+    if budget is not None:
+        config.budget_s = parse_duration(budget)
+    if max_samples is not None:
+        config.max_samples = max_samples
+    return config
+
+
+def task_options(tasks: str, params: tuple[str, ...], lm_eval_tasks: tuple[str, ...],
+                 lm_eval_include: Path | None) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """(task names, task parameters) of ``--tasks``, ``--param`` and ``--lm-eval-task`` / ``--lm-eval-include``."""
+    task_list = [t.strip() for t in tasks.split(",") if t.strip()]
+    task_params = parse_params(params)
+    for name in lm_eval_tasks:
+        task_list.append(f"lm_eval:{name}")
+        if lm_eval_include is not None:
+            task_params.setdefault(f"lm_eval:{name}", {})["include"] = str(lm_eval_include.resolve())
+    return task_list, task_params
 
 
 def accumulated(config: RunConfig, root: Path) -> tuple[RunConfig, Path, str | None]:
