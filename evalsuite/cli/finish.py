@@ -23,8 +23,11 @@ def verdict_rows(gated: GatedRun) -> tuple[list[str], list[list[str]]]:
             continue
         flips = f"{s.flips_right_to_wrong}↓ {s.flips_wrong_to_right}↑" if s.binary else "-"
         kld = f"{s.kld_mean:.3f}" if s.kld_mean is not None else "-"
-        rows.append([s.variant, s.task, str(s.n), f"{s.baseline_mean:.3f}", f"{s.variant_mean:.3f}",
-                     f"{s.delta:+.3f} [{s.ci_low:+.3f},{s.ci_high:+.3f}]", flips, kld,
+        paired = s.n > 0  # else only the baseline answered: no means, no Δ
+        rows.append([s.variant, s.task, str(s.n), f"{s.baseline_mean:.3f}" if paired else "-",
+                     f"{s.variant_mean:.3f}" if paired else "-",
+                     f"{s.delta:+.3f} [{s.ci_low:+.3f},{s.ci_high:+.3f}]" if paired else "no paired samples",
+                     flips, kld,
                      verdicts.get((s.variant, s.task), "-")])
     return ["variant", "task", "n", "base", "variant", "Δ [95% CI]", "flips", "KLD", "verdict"], rows
 

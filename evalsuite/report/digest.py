@@ -95,13 +95,16 @@ def task_decision(r: Row, variant: str, task: str) -> Row | None:
     the n behind it and, when INCONCLUSIVE, about how many more samples of the task would decide it."""
     checks = [c for c in r["checks"] if c["variant"] == variant and c["task"] == task]
     stat = stat_row(r, variant, task)
+    unpaired = stat is not None and not stat.get("n")  # the baseline's answers only: its Δ [-1, +1] says nothing
+    stat = None if unpaired else stat
     if not checks and stat is None:
         return None
     verdict = worst([c["verdict"] for c in checks])
     deciding = [c for c in checks if c["verdict"] == verdict]
     ns = [n for c in deciding if (n := check_n(r, c)) is not None]
     more = [m for c in deciding if (m := samples_to_decide(r, c)) is not None]
-    return {"verdict": verdict, "stat": stat, "checks": deciding, "n": min(ns) if ns else (stat or {}).get("n"),
+    n = min(ns) if ns else 0 if unpaired else (stat or {}).get("n")
+    return {"verdict": verdict, "stat": stat, "checks": deciding, "n": n,
             "more_needed": max(more) if more and verdict == "INCONCLUSIVE" else None,
             "slices": list(dict.fromkeys(c["slice"] for c in deciding if c["slice"] != ALL))}
 

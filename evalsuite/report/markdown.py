@@ -50,10 +50,10 @@ def _grid_text(d: dict[str, Any] | None) -> str:
     if d["checks"] and d["checks"][0]["task"] == POOLED:
         delta = pooled_text(d)
     n_all = s["n"] if s else None
-    where = (f" in {', '.join(d['slices'])} (n={d['n'] or '?'})" if d["slices"] and d["verdict"] != "PASS"
-             else "")
+    n_slice = "?" if d["n"] is None else d["n"]  # None: a run from before checks stored their n
+    where = f" in {', '.join(d['slices'])} (n={n_slice})" if d["slices"] and d["verdict"] != "PASS" else ""
     more = f" ≈+{d['more_needed']} to decide" if d["more_needed"] else ""
-    return f"{delta} n={n_all or d['n'] or '?'} {d['verdict'] or ''}{where}{more}"
+    return f"{delta} n={n_all or n_slice} {d['verdict'] or ''}{where}{more}"
 
 
 def _grid(r: dict[str, Any]) -> list[str]:

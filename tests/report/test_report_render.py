@@ -445,3 +445,24 @@ def test_a_slice_check_counts_the_task_samples_its_pairs_take():
     assert task_decision(r, "kv", "needle")["more_needed"] == 66  # the grid cell: the slowest deciding check
     assert to_decide({**check, "samples": 66, "seconds": 132.0}) == (
         "≈+66 samples to decide (~22 of them in the slice), ~2 min of budget at this run's seconds per pair")
+
+
+def test_a_task_with_no_pairs_shows_no_delta_and_n_0(report):
+    """A variant that FAILed before a task's pairs (only the baseline answered it): its cell says "no paired
+    samples" and n=0, never the empty Δ +0.000 [-1.000, +1.000] or an unknown n."""
+    from evalsuite.report.digest import task_decision
+    from evalsuite.report.html_decision import grid_section
+    from evalsuite.report.markdown import _grid_text
+
+    cut = {**report, "stats": [{**s, "n": 0, "delta": 0.0, "ci_low": -1.0, "ci_high": 1.0}
+                               if (s["variant"], s["task"]) == ("w4g128+kv4g32", "gsm") else s
+                               for s in report["stats"]],
+           "checks": [{k: v for k, v in c.items() if k != "n"} if c["variant"] == "w4g128+kv4g32" else c
+                      for c in report["checks"]]}
+    d = task_decision(cut, "w4g128+kv4g32", "gsm")
+    assert d["stat"] is None and d["n"] == 0 and d["verdict"] == "INCONCLUSIVE"
+    text = _grid_text(d)
+    assert text.startswith("no paired samples n=0 INCONCLUSIVE") and "?" not in text and "-1.000" not in text
+    cell = _between(grid_section(cut), 'data-variant="w4g128+kv4g32" data-task="gsm"', "</td>")
+    assert "no paired samples" in cell and "-1.000" not in cell
+    assert task_decision(report, "w4g128+kv4g32", "gsm")["stat"]["n"] == 30  # the paired run is unchanged
