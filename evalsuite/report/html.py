@@ -12,7 +12,8 @@ from evalsuite.report.digest import (gated_rows, metric_names, metric_rows, spli
 from evalsuite.report.html_common import (count, delta_cell, e, fmt_metric, fmt_signed_metric, img, table,
                                           verdict_cell)
 from evalsuite.report.html_decision import cards_section, grid_section
-from evalsuite.report.model import cell_verdict, check_report, fmt_bytes, fmt_ms, fmt_num, sorted_stats, stat_label
+from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_ms, fmt_num, sorted_stats, stat_label,
+                                    stat_mean)
 from evalsuite.report.templates import CSP, CSS, PAGE, SCRIPT
 
 MAX_FLIPS = 1000
@@ -33,8 +34,8 @@ def _stats_row(r: dict[str, Any], s: dict[str, Any]) -> str:
     kld = "—" if s.get("kld_mean") is None else f"{s['kld_mean']:.4f} / {fmt_num(s.get('kld_p99'), 4)}"
     cls = "" if s["slice"] == "all" else ' class="slice"'
     return (f'<tr{cls}><td class="l first">{e(s["variant"])}</td><td class="l">{e(s["task"])}</td>'
-            f'<td class="l">{e(s["slice"])}</td><td>{s["n"]}</td><td>{fmt_num(s["baseline_mean"])}</td>'
-            f'<td>{fmt_num(s["variant_mean"])}</td>{delta_cell(s)}'
+            f'<td class="l">{e(s["slice"])}</td><td>{s["n"]}</td><td>{stat_mean(s, "baseline_mean")}</td>'
+            f'<td>{stat_mean(s, "variant_mean")}</td>{delta_cell(s)}'
             f'<td>{s.get("flips_right_to_wrong", 0)} / {s.get("flips_wrong_to_right", 0)}</td>'
             f'<td>{fmt_num(s.get("agreement"), 2)}</td><td>{kld}</td><td>{fmt_num(s.get("top1_agreement"), 3)}</td>'
             f'{verdict_cell(cell_verdict(r["checks"], s["variant"], s["task"], s["slice"]))}</tr>')

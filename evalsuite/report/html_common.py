@@ -5,7 +5,7 @@ from html import escape
 from typing import Any
 
 from evalsuite.report import plots
-from evalsuite.report.model import fmt_delta
+from evalsuite.report.model import stat_delta
 
 VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
 
@@ -49,7 +49,7 @@ def delta_class(s: dict[str, Any]) -> str:
 
 def delta_cell(s: dict[str, Any]) -> str:
     """Δ [CI] of a stats row as a coloured cell."""
-    return f'<td class="{delta_class(s)}">{e(fmt_delta(s["delta"], s["ci_low"], s["ci_high"]))}</td>'
+    return f'<td class="{delta_class(s) if s.get("n") else ""}">{e(stat_delta(s))}</td>'
 
 
 def fmt_metric(x: float | None) -> str:

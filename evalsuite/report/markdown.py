@@ -7,7 +7,7 @@ from typing import Any
 from evalsuite.report.digest import (POOLED, metric_names, metric_rows, pooled_text, split_rows, task_decision,
                                      task_names, to_decide, variant_cards, verification_lines)
 from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_delta, fmt_ms, fmt_num,
-                                    ordered_reasons, sorted_stats)
+                                    ordered_reasons, sorted_stats, stat_delta, stat_mean)
 
 
 def _cell(x: Any) -> str:
@@ -82,8 +82,8 @@ def _verdict_rows(r: dict[str, Any], stats: list[dict[str, Any]]) -> list[list[A
     for s in stats:
         kld = fmt_num(s.get("kld_mean"), 4)
         verdict = cell_verdict(r["checks"], s["variant"], s["task"], s["slice"]) or "—"
-        rows.append([s["variant"], s["task"], s["slice"], s["n"], fmt_num(s["baseline_mean"]),
-                     fmt_num(s["variant_mean"]), fmt_delta(s["delta"], s["ci_low"], s["ci_high"]),
+        rows.append([s["variant"], s["task"], s["slice"], s["n"], stat_mean(s, "baseline_mean"),
+                     stat_mean(s, "variant_mean"), stat_delta(s),
                      f"{s.get('flips_right_to_wrong', 0)}/{s.get('flips_wrong_to_right', 0)}", kld, verdict])
     return rows
 

@@ -157,6 +157,16 @@ def fmt_delta(delta: float, lo: float, hi: float) -> str:
     return f"{delta:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
+def stat_delta(s: dict[str, Any]) -> str:
+    """A stats row's Δ [CI]; "no paired samples" for a row no pair reached (only the baseline answered)."""
+    return fmt_delta(s["delta"], s["ci_low"], s["ci_high"]) if s.get("n") else "no paired samples"
+
+
+def stat_mean(s: dict[str, Any], key: str) -> str:
+    """A stats row's baseline or variant mean; "—" for a row no pair reached."""
+    return fmt_num(s[key]) if s.get("n") else "—"
+
+
 def fmt_bytes(n: float | None) -> str:
     """Bytes as GiB / MiB / KiB / B."""
     if n is None:
@@ -185,4 +195,5 @@ def sorted_stats(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 __all__ = ["Flip", "ReportModel", "SCHEMA_VERSION", "cell_verdict", "check_report", "fmt_bytes",
-           "fmt_delta", "fmt_ms", "fmt_num", "needle_grid", "ordered_reasons", "sorted_stats", "stat_label"]
+           "fmt_delta", "fmt_ms", "fmt_num", "needle_grid", "ordered_reasons", "sorted_stats", "stat_delta",
+           "stat_label", "stat_mean"]
