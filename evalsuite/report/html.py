@@ -160,7 +160,7 @@ def _checks_table(r: dict[str, Any]) -> str:
 
 
 def _forest_section(r: dict[str, Any]) -> str:
-    stats = gated_rows(r, sorted_stats(r))
+    stats = [s for s in gated_rows(r, sorted_stats(r)) if s.get("n")]  # a row no pair reached has no Δ to plot
     if not stats:
         return ""
     rows = [{"label": stat_label(s), "delta": s["delta"], "lo": s["ci_low"], "hi": s["ci_high"],
@@ -168,7 +168,7 @@ def _forest_section(r: dict[str, Any]) -> str:
     tol = sorted({-float(c["threshold"]) for c in r["checks"] if c["check"] == "max_drop"})
     return ("<h2 id=\"forest\">Δ ± 95% CI (gated rows)</h2>"
             + img(plots.forest_plot(rows, tol), "forest plot of deltas")
-            + '<p class="note">Rows some policy check looked at. Dashed red lines: the tolerated drops '
+            + '<p class="note">Rows some policy check looked at, with pairs. Dashed red lines: the tolerated drops '
               "(max_drop checks).</p>")
 
 

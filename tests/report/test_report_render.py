@@ -469,3 +469,17 @@ def test_a_task_with_no_pairs_shows_no_delta_and_n_0(report):
     assert "| w4g128+kv4g32 | gsm | all | 0 | — | — | no paired samples |" in render_markdown(cut)
     row = _between(render_html(cut), '<td class="l first">w4g128+kv4g32</td><td class="l">gsm</td>', "</tr>")
     assert "<td>0</td><td>—</td><td>—</td><td class=\"\">no paired samples</td>" in row
+
+
+def test_the_forest_plot_leaves_out_rows_no_pair_reached(report, monkeypatch):
+    from evalsuite.report import html
+
+    plotted = []
+    monkeypatch.setattr(html.plots, "forest_plot", lambda rows, tol=(): plotted.append(rows) or PNG_MAGIC)
+    html.render_html(report)
+    labels = {r["label"] for r in plotted[-1]}
+    cut = {**report, "stats": [{**s, "n": 0} if (s["variant"], s["task"]) == ("w4g128+kv4g32", "gsm") else s
+                               for s in report["stats"]]}
+    html.render_html(cut)
+    gone = labels - {r["label"] for r in plotted[-1]}
+    assert gone and all("w4g128+kv4g32" in g and "gsm" in g for g in gone)
