@@ -27,7 +27,8 @@ class TaskPrompts:
     def of(self, task: PreparedTask) -> list[tuple[str, bool]]:
         """Rendered prompts (text, add_special_tokens) of every sample of ``task``."""
         if len(self._rendered.get(task.name, ())) != len(task.samples):
-            self._rendered[task.name] = [render_prompt(s, self.tokenizer()) for s in task.samples]
+            tok = self.tokenizer()
+            self._rendered[task.name] = [render_prompt(s, tok) for s in task.samples]
         return self._rendered[task.name]
 
     def prefix_len(self, task: PreparedTask) -> int:

@@ -49,7 +49,7 @@ def delta_class(s: dict[str, Any]) -> str:
 
 def delta_cell(s: dict[str, Any]) -> str:
     """Δ [CI] of a stats row as a coloured cell."""
-    return f'<td class="{delta_class(s) if s.get("n") else ""}">{e(stat_delta(s))}</td>'
+    return f'<td class="{delta_class(s)}">{e(stat_delta(s))}</td>'
 
 
 def fmt_metric(x: float | None) -> str:
