@@ -54,23 +54,29 @@ def gate_and_report(store: Store, policy: Path | None, echo: Callable[[str], Non
         drawn = ", ".join(f"{t} {n}" for t, n in sorted(state.drawn.items()))
         echo(f"sequential: {state.rounds} round(s), samples drawn per task: {drawn}; stopped: "
              f"{state.stop_reason or 'interrupted'}")
-    if report:
-        from evalsuite.report.build import write_report
+    from evalsuite.report.build import report_model, write_report
+    from evalsuite.report.deciding import pass_text
+    from evalsuite.report.digest import variant_cards
 
-        path = write_report(store, gated, reports_root())
+    model = report_model(store, gated).to_dict()
+    if report:
+        path = write_report(store, gated, reports_root(), model)
         echo(f"report: {path / 'index.html'}")
-    for line in decision_lines(gated):
+    for line in decision_lines(gated, {c["variant"]: pass_text(c["to_pass"]) for c in variant_cards(model)}):
         echo(line)
     return gated.gate.exit_code
 
 
-def decision_lines(gated: GatedRun) -> list[str]:
-    """The last lines: each variant's verdict with its pairs per task, which may ship, the exit code."""
+def decision_lines(gated: GatedRun, to_pass: dict[str, str] | None = None) -> list[str]:
+    """The last lines: each variant's verdict with its pairs per task (and, under an INCONCLUSIVE one, what a PASS
+    would take: ``to_pass``, variant -> ``report.deciding.pass_text``), which may ship, the exit code."""
     n = {(s.variant, s.task): s.n for s in gated.stats if s.slice == "all"}
     lines, ship, hold = [], [], []
     for v, verdict in gated.gate.variant_verdicts.items():
         per_task = ", ".join(f"{t} n={k}" for (name, t), k in n.items() if name == v)
         lines.append(f"{v:<24} {verdict}" + (f"  ({per_task})" if per_task else ""))
+        if (to_pass or {}).get(v):
+            lines.append(f"{'':<24} {to_pass[v]}")
         (ship if verdict == "PASS" else hold).append(v if verdict == "PASS" else f"{v} ({verdict})")
     lines.append(f"may ship: {', '.join(ship) or 'none'}; may not ship: {', '.join(hold) or 'none'}")
     lines.append(f"overall: {gated.gate.overall} (exit {gated.gate.exit_code})")

@@ -9,7 +9,7 @@ from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.gate.pooled import POOLED
 from evalsuite.gate.store_gate import gate_store
-from evalsuite.gate.types import CheckResult, GateResult, task_samples
+from evalsuite.gate.types import CheckResult, GateResult, heads_to_fail, task_samples
 from evalsuite.gate.verdict import undecided
 
 
@@ -36,13 +36,7 @@ def leans_fail(check: CheckResult) -> bool:
     """Whether an open per-task check's observed value is already beyond its threshold (its estimate heads to a
     FAIL). The pooled check is not counted: its need is shared over every task it pools, and pairs of a task
     whose own margin is above the pooled mean pull its bound away from a FAIL, not towards it."""
-    if check.task == POOLED:
-        return False
-    if check.check == "max_drop":
-        return check.observed < -check.threshold
-    if check.check == "max_flip_rate":
-        return check.observed > check.threshold
-    return False
+    return check.task != POOLED and heads_to_fail(check.check, check.observed, check.threshold)
 
 
 def pairs_to_decide(gate: GateResult, variant: str, task: str,

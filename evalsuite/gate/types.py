@@ -7,6 +7,17 @@ from typing import Any, Literal
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 
 
+def heads_to_fail(check: str, observed: float, threshold: float) -> bool:
+    """Whether an undecided per-task check's observed value is already beyond its threshold (its estimate heads to
+    a FAIL, and a PASS would need the value to come back): a drop past ``max_drop``, flips past ``max_flip_rate``.
+    ``gate.decide.leans_fail`` and the report's ``pass_needs`` ask this."""
+    if check == "max_drop":
+        return observed < -threshold
+    if check == "max_flip_rate":
+        return observed > threshold
+    return False
+
+
 def task_samples(more: int, n: int, task_n: int) -> int:
     """Samples of a task that ``more`` pairs of a check over ``n`` of the task's ``task_n`` paired samples take:
     a slice holding a third of them needs three task samples per pair (a task-wide check: ``more`` itself)."""

@@ -6,6 +6,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from evalsuite.core.costs import RunCosts
 from evalsuite.gate.store_gate import GatedRun
@@ -88,9 +89,10 @@ def verification(store: Store, variants: list[str], state: RunState) -> dict[str
     return out
 
 
-def write_report(store: Store, gated: GatedRun, out_root: Path) -> Path:
-    """Render every format into ``out_root/<run>/``; nothing half-written (temp folder, then rename)."""
-    report = report_model(store, gated).to_dict()
+def write_report(store: Store, gated: GatedRun, out_root: Path, report: dict[str, Any] | None = None) -> Path:
+    """Render every format into ``out_root/<run>/``; nothing half-written (temp folder, then rename). ``report``:
+    the run's report dict when the caller built it already (``report_model(store, gated).to_dict()``)."""
+    report = report if report is not None else report_model(store, gated).to_dict()
     target = Path(out_root) / report["run_id"]
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{report['run_id']}-"))

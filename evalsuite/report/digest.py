@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.core.costs import StoredBaseline, baseline_seconds
-from evalsuite.gate.types import task_samples
+from evalsuite.report.deciding import (ALL, POOLED, check_n, pass_needs, samples_to_decide, seconds_to_decide,
+                                       stat_row)
 
-
-ALL = "all"
 RANK = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
 Row = dict[str, Any]
 
@@ -77,17 +75,8 @@ def gated_rows(r: Row, stats: list[Row]) -> list[Row]:
     return [s for s in stats if (s["variant"], s["task"], s["slice"]) in checked]
 
 
-def stat_row(r: Row, variant: str, task: str, slice_: str = ALL) -> Row | None:
-    """The stats row of (variant, task, slice); None when the report has none."""
-    return next((s for s in r["stats"] if (s["variant"], s["task"], s["slice"]) == (variant, task, slice_)), None)
 
 
-def check_n(r: Row, c: Row) -> int | None:
-    """The paired samples behind a check: its own ``n``, else (old runs) its stats row's; None if unknown."""
-    if c.get("n"):
-        return int(c["n"])
-    row = stat_row(r, c["variant"], c["task"], c["slice"])
-    return int(row["n"]) if row else None
 
 
 def task_decision(r: Row, variant: str, task: str) -> Row | None:
@@ -157,6 +146,7 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
                    for c in lead_reasons(mine, verdict, max_reasons)]
         cards.append({
             "variant": v["variant"], "verdict": verdict, "reasons": reasons,
+            "to_pass": pass_needs(r, mine) if verdict == "INCONCLUSIVE" else None,
             "checks": len(mine), "contexts": context_range(r, v["variant"]),
             "passed": sum(c["verdict"] == "PASS" for c in mine),
             "weights": _saving(v, base, "weight_bytes"), "kv": _saving(v, base, "kv_bytes_per_token"),
@@ -164,60 +154,14 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
     return cards
 
 
-def samples_to_decide(r: Row, check: Row) -> int | None:
-    """About how many more samples would decide an undecided check: its ``more_needed`` pairs, scaled to the
-    task's samples for a slice check (``gate.types.task_samples``: a slice with 16 of the task's 48 pairs needs
-    three samples per pair); over all pooled tasks for the pooled check. None when decided or unknown."""
-    more = check.get("more_needed")
-    if not more or check["task"] == POOLED or check["slice"] == ALL:
-        return more or None
-    row = stat_row(r, check["variant"], check["task"])
-    return task_samples(more, check_n(r, check) or 0, int(row["n"]) if row else 0)
 
 
-def seconds_to_decide(r: Row, check: Row) -> float | None:
-    """About how many seconds the samples an undecided check still needs (``samples_to_decide``) would take: the
-    variant's measured seconds per pair on the task plus the baseline's share (``task_seconds``); over the pooled
-    tasks, their mean. None unknown."""
-    cost, more = r.get("seconds_per_pair") or {}, samples_to_decide(r, check)
-    if not more or not cost:
-        return None
-    tasks = [t for t, _ in check.get("pools") or []] if check["task"] == POOLED else [check["task"]]
-    per = [task_seconds(r, check["variant"], t, more) for t in tasks if f"{check['variant']}/{t}" in cost]
-    return sum(per) / len(per) if per else None
 
 
-def task_seconds(r: Row, variant: str, task: str, more: int) -> float:
-    """Seconds ``more`` samples of ``task`` take ``variant`` and the baseline: the variant's pairs at its measured
-    seconds per pair; the baseline's only past the samples a stored baseline answers, at its seconds per sample
-    (``baseline_cost``, ``core.costs.baseline_seconds``: a warm run whose baseline generated nothing still prices
-    them); a report without ``baseline_cost``: at the baseline's measured seconds per pair."""
-    cost, plan = r.get("seconds_per_pair") or {}, (r.get("baseline_cost") or {}).get(task)
-    own = more * cost[f"{variant}/{task}"]
-    if plan is None:
-        return own + more * cost.get(f"{r['baseline']}/{task}", 0.0)
-    stored = StoredBaseline(int(plan["held"]), float(plan["seconds"]))
-    return own + baseline_seconds(more, int(plan["drawn"]), stored, None)
 
 
-def to_decide(check: Row) -> str:
-    """``≈+N samples to decide, ~M min of budget at this run's seconds per pair`` for an undecided card reason
-    (``samples_to_decide``; a slice check adds how many of them land in the slice; without the budget part when
-    the seconds are unknown); "" for a decided one."""
-    samples = check.get("samples", check.get("more_needed"))
-    if not samples:
-        return ""
-    budget = (f", {fmt_duration(check['seconds'])} of budget at this run's seconds per pair"
-              if check.get("seconds") else "")
-    share = f" (~{check['more_needed']} of them in the slice)" if samples != check.get("more_needed") else ""
-    return f"≈+{samples} samples to decide{share}{budget}"
 
 
-def fmt_duration(seconds: float) -> str:
-    """``~40 s``, ``~12 min``, ``~3.2 h``."""
-    if seconds < 90:
-        return f"~{seconds:.0f} s"
-    return f"~{seconds / 60:.0f} min" if seconds < 5400 else f"~{seconds / 3600:.1f} h"
 
 
 def context_range(r: Row, variant: str) -> tuple[int, int] | None:
@@ -226,9 +170,6 @@ def context_range(r: Row, variant: str) -> tuple[int, int] | None:
     lens = [int(float(s["slice"].split("=", 1)[1])) for s in r["stats"] if s["variant"] == variant and s["n"]
             and s["slice"].startswith("context_len=") and s["slice"].split("=", 1)[1].replace(".", "").isdigit()]
     return (min(lens), max(lens)) if lens else None
-
-
-POOLED = "*"  #: the task of the pooled check (evalsuite.gate.pooled)
 
 
 def task_names(r: Row, pooled: bool = False) -> list[str]:

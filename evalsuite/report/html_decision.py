@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.digest import POOLED, pooled_text, task_decision, task_names, to_decide, variant_cards
+from evalsuite.report.deciding import pass_text, to_decide
+from evalsuite.report.digest import POOLED, pooled_text, task_decision, task_names, variant_cards
 from evalsuite.report.html_common import delta_class, e, vclass
 from evalsuite.report.model import fmt_bytes, fmt_delta, fmt_ms
 
@@ -47,6 +48,12 @@ def _reasons(card: Row) -> str:
     return '<ul class="reasons">' + "".join(items) + "</ul>"
 
 
+def _to_pass(card: Row) -> str:
+    """For an INCONCLUSIVE card: what a PASS would take (``deciding.pass_needs``)."""
+    text = pass_text(card.get("to_pass"))
+    return f'<div class="counts to-pass">{e(text[0].upper() + text[1:])}</div>' if text else ""
+
+
 def covers_note(card: Row) -> str:
     """For a variant with a smaller KV cache: the context lengths its verdict covers."""
     span, kv = card.get("contexts"), card["kv"]
@@ -61,7 +68,8 @@ def _card(card: Row) -> str:
     return (f'<div class="card {vclass(verdict)}" data-variant="{e(card["variant"])}">'
             f'<div class="card-head"><span class="name">{e(card["variant"])}</span>'
             f'<span class="verdict">{e(verdict or "—")}</span></div>'
-            f'<div class="counts">{e(counts)}</div>{covers_note(card)}{_reasons(card)}<dl class="gains">'
+            f'<div class="counts">{e(counts)}</div>{covers_note(card)}{_reasons(card)}{_to_pass(card)}'
+            '<dl class="gains">'
             f'{_bytes_line("weights", card["weights"], fmt_bytes)}'
             f'{_bytes_line("KV cache", card["kv"], lambda x: f"{x:,.0f}", " B/token")}'
             f'{_speed("TTFT", card["ttft"])}{_speed("ITL", card["itl"])}</dl></div>')

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalsuite.report.deciding import pass_text, to_decide
 from evalsuite.report.digest import (POOLED, metric_names, metric_rows, pooled_text, split_rows, task_decision,
-                                     task_names, to_decide, variant_cards, verification_lines)
+                                     task_names, variant_cards, verification_lines)
 from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_delta, fmt_ms, fmt_num,
                                     ordered_reasons, sorted_stats, stat_delta, stat_mean)
 
@@ -36,8 +37,10 @@ def _decision_lines(r: dict[str, Any]) -> list[str]:
                  ("KV —" if kv["value"] is None else f"KV {kv['value']:,.0f} B/token{_pct(kv['ratio'])}")]
         facts += [speed] if speed else []
         reasons = "; ".join(_cell(x["reason"]) + (f" ({to_decide(x)})" if to_decide(x) else "") for x in c["reasons"])
+        to_pass = pass_text(c["to_pass"])
         out.append(f"- **{c['verdict'] or '—'}** `{c['variant']}` — {' · '.join(facts)}"
-                   + (f" — {reasons}" if reasons else f" — {c['passed']} of {c['checks']} checks pass"))
+                   + (f" — {reasons}" if reasons else f" — {c['passed']} of {c['checks']} checks pass")
+                   + (f". To decide it: {to_pass}" if to_pass else ""))
     return out or ["- no variants besides the baseline"]
 
 

@@ -23,3 +23,17 @@ def test_a_task_no_pair_reached_prints_no_delta():
     assert got["a"]["Δ [95% CI]"] == "-0.250 [-0.500,-0.050]" and got["a"]["verdict"] == "FAIL"
     assert got["b"]["Δ [95% CI]"] == "no paired samples" and got["b"]["n"] == "0" and got["b"]["base"] == "-"
     assert got["b"]["verdict"] == "INCONCLUSIVE"
+
+
+def test_the_last_lines_say_what_a_pass_of_an_undecided_variant_needs():
+    """Under an INCONCLUSIVE variant's line: what a PASS would take (``report.deciding.pass_text``); nothing under a
+    decided one."""
+    from evalsuite.cli.finish import decision_lines
+
+    gated = SimpleNamespace(gate=SimpleNamespace(variant_verdicts={"q": "FAIL", "kv": "INCONCLUSIVE"}, overall="FAIL",
+                                                 exit_code=1),
+                            stats=[_stat("q", "a", 16), _stat("kv", "a", 48)])
+    lines = decision_lines(gated, {"q": "", "kv": "a PASS needs every open check decided: the slowest, a max_drop"})
+    assert lines[0].startswith("q ") and "FAIL  (a n=16)" in lines[0] and lines[1].startswith("kv ")
+    assert lines[2].strip() == "a PASS needs every open check decided: the slowest, a max_drop"
+    assert lines[3] == "may ship: none; may not ship: q (FAIL), kv (INCONCLUSIVE)" and len(lines) == 5

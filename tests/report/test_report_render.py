@@ -385,7 +385,8 @@ def test_the_pooled_check_gets_its_own_grid_column(report):
 def test_an_undecided_check_says_how_much_budget_would_decide_it(report):
     """With the run's measured seconds per pair, a card turns "≈+N samples" into seconds of budget: the variant's
     cost on the task plus the baseline's, times the pairs still needed."""
-    from evalsuite.report.digest import seconds_to_decide, variant_cards
+    from evalsuite.report.deciding import seconds_to_decide
+    from evalsuite.report.digest import variant_cards
 
     timed = {**report, "seconds_per_pair": {"w4g128+kv4g32/gsm": 1.5, "bf16/gsm": 0.5}}
     card = next(c for c in variant_cards(timed) if c["variant"] == "w4g128+kv4g32")
@@ -402,7 +403,7 @@ def test_a_warm_runs_card_prices_the_baseline_samples_past_the_stored_ones():
     """A warm run whose stored baseline answered every drawn sample measured no baseline cost; the samples a check
     still needs past the stored ones make the baseline generate, at what its manifest recorded. The card counts
     them, and none of the stored ones."""
-    from evalsuite.report.digest import seconds_to_decide
+    from evalsuite.report.deciding import seconds_to_decide
 
     check = {"variant": "kv", "task": "needle", "slice": "all", "check": "max_drop", "n": 48, "more_needed": 20}
     r = {"baseline": "bf16", "checks": [check], "seconds_per_pair": {"kv/needle": 1.0}}
@@ -432,7 +433,8 @@ def test_the_report_takes_the_baseline_cost_from_the_runs_state():
 def test_a_slice_check_counts_the_task_samples_its_pairs_take():
     """A slice check's ``more_needed`` counts pairs in the slice; with 16 of the task's 48 pairs in it, each pair
     takes about three samples of the task, and the budget those samples take is what the card states."""
-    from evalsuite.report.digest import samples_to_decide, seconds_to_decide, task_decision, to_decide
+    from evalsuite.report.deciding import samples_to_decide, seconds_to_decide, to_decide
+    from evalsuite.report.digest import task_decision
 
     check = {"variant": "kv", "task": "needle", "slice": "context_len>=2048", "check": "max_drop", "n": 16,
              "more_needed": 22, "verdict": "INCONCLUSIVE", "observed": 0.0, "threshold": 0.1}
@@ -445,6 +447,41 @@ def test_a_slice_check_counts_the_task_samples_its_pairs_take():
     assert task_decision(r, "kv", "needle")["more_needed"] == 66  # the grid cell: the slowest deciding check
     assert to_decide({**check, "samples": 66, "seconds": 132.0}) == (
         "≈+66 samples to decide (~22 of them in the slice), ~2 min of budget at this run's seconds per pair")
+
+
+def test_an_undecided_card_says_what_a_pass_needs(report):
+    """A PASS needs every open per-task check: per task its slowest, the slowest of all by the seconds its samples
+    take (needle's 40 cost more than json's 300 here), the seconds summed over the tasks; the Markdown and HTML
+    cards say it. No line when a check heads to a FAIL or FAILed; a check with no estimate is named."""
+    from evalsuite.report.deciding import pass_needs, pass_text
+
+    def check(task, more, observed=-0.02, slice_="all", kind="max_drop", verdict="INCONCLUSIVE", n=48):
+        return {"variant": "kv", "task": task, "slice": slice_, "check": kind, "threshold": 0.05, "n": n,
+                "observed": observed, "verdict": verdict, "more_needed": more, "reason": f"{task}: ..."}
+
+    checks = [check("json", 300), check("json", 20, 0.0, kind="max_flip_rate"), check("needle", 10),
+              check("needle", 20, slice_="context_len>=2048", n=16), check("reasoning", None, verdict="PASS"),
+              {**check("*", 500), "check": "pooled_max_drop", "observed": 0.04, "pools": [["json", 48]]}]
+    r = {"baseline": "bf16", "checks": checks, "variants": [{"variant": "bf16"}, {"variant": "kv"}],
+         "seconds_per_pair": {"kv/json": 0.5, "kv/needle": 2.0, "bf16/json": 0.1, "bf16/needle": 3.0},
+         "stats": [{"variant": "kv", "task": t, "slice": "all", "n": 48, "delta": -0.02} for t in ("json", "needle")]
+         + [{"variant": "kv", "task": "needle", "slice": "context_len>=2048", "n": 16, "delta": -0.02}]}
+    need = pass_needs(r, checks)
+    # needle: the slice's 20 pairs take 60 task samples (16 of 48 pairs in it), 60 x 5 s; json: 300 x 0.6 s
+    assert need["check"]["task"] == "needle" and need["samples"] == 60 and need["tasks"] == 2
+    assert need["seconds"] == pytest.approx(60 * 5.0 + 300 * 0.6)
+    text = pass_text(need)
+    assert text == ("a PASS needs every open check decided: the slowest, needle[context_len>=2048] max_drop, "
+                    "≈+60 samples; ~8 min of budget over 2 tasks at this run's seconds per pair")
+    assert pass_needs({**r, "seconds_per_pair": None}, checks)["check"]["task"] == "json"  # untimed: by samples
+    mine = [{**c, "variant": "w4g128+kv4g32"} for c in checks]  # the crafted report's INCONCLUSIVE variant
+    shown = {**report, "checks": [c for c in report["checks"] if c["variant"] != "w4g128+kv4g32"] + mine}
+    assert "To decide it: a PASS needs every open check decided: the slowest, " in render_markdown(shown)
+    assert "A PASS needs every open check decided: the slowest, " in render_html(shown)
+    assert "a PASS needs" not in render_markdown(report).split("w4g128+kv4g32`")[0]  # not on the decided cards
+    assert pass_needs(r, checks + [check("code", 5, -0.08)]) is None  # code heads to a FAIL
+    assert pass_needs(r, checks + [check("code", None, verdict="FAIL")]) is None
+    assert "json max_drop has no estimate" in pass_text(pass_needs(r, [check("json", None)] + checks))
 
 
 def test_a_task_with_no_pairs_shows_no_delta_and_n_0(report):

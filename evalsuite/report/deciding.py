@@ -1,0 +1,132 @@
+"""What deciding costs, from a report dict by pure functions: the samples and seconds of budget an undecided check
+still needs (``samples_to_decide``, ``seconds_to_decide``), and what a PASS of an undecided variant would take
+(``pass_needs``: every open per-task check decided, so the slowest one per task, over all its tasks).
+
+The seconds are estimates at the run's measured seconds per pair (``seconds_per_pair``) plus the baseline's share
+past what a stored baseline answers (``baseline_cost``); the samples are the checks' ``more_needed``, which assume
+the observed effect stays where it is (``evalsuite.stats.sequential``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from evalsuite.core.costs import StoredBaseline, baseline_seconds
+from evalsuite.gate.types import heads_to_fail, task_samples
+
+ALL = "all"
+POOLED = "*"  #: the task of the pooled check (evalsuite.gate.pooled)
+Row = dict[str, Any]
+
+
+def stat_row(r: Row, variant: str, task: str, slice_: str = ALL) -> Row | None:
+    """The stats row of (variant, task, slice); None when the report has none."""
+    return next((s for s in r["stats"] if (s["variant"], s["task"], s["slice"]) == (variant, task, slice_)), None)
+
+
+def check_n(r: Row, c: Row) -> int | None:
+    """The paired samples behind a check: its own ``n``, else (old runs) its stats row's; None if unknown."""
+    if c.get("n"):
+        return int(c["n"])
+    row = stat_row(r, c["variant"], c["task"], c["slice"])
+    return int(row["n"]) if row else None
+
+
+def samples_to_decide(r: Row, check: Row) -> int | None:
+    """About how many more samples would decide an undecided check: its ``more_needed`` pairs, scaled to the
+    task's samples for a slice check (``gate.types.task_samples``: a slice with 16 of the task's 48 pairs needs
+    three samples per pair); over all pooled tasks for the pooled check. None when decided or unknown."""
+    more = check.get("more_needed")
+    if not more or check["task"] == POOLED or check["slice"] == ALL:
+        return more or None
+    row = stat_row(r, check["variant"], check["task"])
+    return task_samples(more, check_n(r, check) or 0, int(row["n"]) if row else 0)
+
+
+def seconds_to_decide(r: Row, check: Row) -> float | None:
+    """About how many seconds the samples an undecided check still needs (``samples_to_decide``) would take: the
+    variant's measured seconds per pair on the task plus the baseline's share (``task_seconds``); over the pooled
+    tasks, their mean. None unknown."""
+    cost, more = r.get("seconds_per_pair") or {}, samples_to_decide(r, check)
+    if not more or not cost:
+        return None
+    tasks = [t for t, _ in check.get("pools") or []] if check["task"] == POOLED else [check["task"]]
+    per = [task_seconds(r, check["variant"], t, more) for t in tasks if f"{check['variant']}/{t}" in cost]
+    return sum(per) / len(per) if per else None
+
+
+def task_seconds(r: Row, variant: str, task: str, more: int) -> float:
+    """Seconds ``more`` samples of ``task`` take ``variant`` and the baseline: the variant's pairs at its measured
+    seconds per pair; the baseline's only past the samples a stored baseline answers, at its seconds per sample
+    (``baseline_cost``, ``core.costs.baseline_seconds``: a warm run whose baseline generated nothing still prices
+    them); a report without ``baseline_cost``: at the baseline's measured seconds per pair."""
+    cost, plan = r.get("seconds_per_pair") or {}, (r.get("baseline_cost") or {}).get(task)
+    own = more * cost[f"{variant}/{task}"]
+    if plan is None:
+        return own + more * cost.get(f"{r['baseline']}/{task}", 0.0)
+    stored = StoredBaseline(int(plan["held"]), float(plan["seconds"]))
+    return own + baseline_seconds(more, int(plan["drawn"]), stored, None)
+
+
+def to_decide(check: Row) -> str:
+    """``≈+N samples to decide, ~M min of budget at this run's seconds per pair`` for an undecided card reason
+    (``samples_to_decide``; a slice check adds how many of them land in the slice; without the budget part when
+    the seconds are unknown); "" for a decided one."""
+    samples = check.get("samples", check.get("more_needed"))
+    if not samples:
+        return ""
+    budget = (f", {fmt_duration(check['seconds'])} of budget at this run's seconds per pair"
+              if check.get("seconds") else "")
+    share = f" (~{check['more_needed']} of them in the slice)" if samples != check.get("more_needed") else ""
+    return f"≈+{samples} samples to decide{share}{budget}"
+
+
+def fmt_duration(seconds: float) -> str:
+    """``~40 s``, ``~12 min``, ``~3.2 h``."""
+    if seconds < 90:
+        return f"~{seconds:.0f} s"
+    return f"~{seconds / 60:.0f} min" if seconds < 5400 else f"~{seconds / 3600:.1f} h"
+
+
+def pass_needs(r: Row, checks: list[Row]) -> Row | None:
+    """What a PASS of a variant that is still INCONCLUSIVE would take: a PASS needs every open per-task check
+    decided (the pooled check never PASSes on its own), so per task the samples of its slowest open check
+    (``samples_to_decide``), and the seconds of them all at this run's costs (``task_seconds``; None when a task's
+    cost was not measured). Returns ``{"check", "samples", "tasks", "seconds"}`` with the slowest check (by its
+    seconds, or by its samples when some cost is unknown), or ``samples`` None when some open check has no
+    estimate (``more_needed`` None: more samples may not decide it); None when a check FAILed or heads to a FAIL
+    (a PASS would need its observed value to come back, which no pair count estimates)."""
+    if any(c["verdict"] == "FAIL" for c in checks):
+        return None
+    open_ = [c for c in checks if c["verdict"] == "INCONCLUSIVE" and c["task"] != POOLED]
+    if not open_ or any(heads_to_fail(c["check"], c["observed"], c["threshold"]) for c in open_):
+        return None
+    slowest: dict[str, tuple[int, Row]] = {}
+    for c in open_:
+        more = samples_to_decide(r, c)
+        if more is None:
+            return {"check": c, "samples": None, "tasks": len({x["task"] for x in open_}), "seconds": None}
+        if more > slowest.get(c["task"], (0, c))[0]:
+            slowest[c["task"]] = (more, c)
+    if not slowest:
+        return None
+    cost = r.get("seconds_per_pair") or {}
+    seconds = {t: task_seconds(r, c["variant"], t, more) for t, (more, c) in slowest.items()
+               if f"{c['variant']}/{t}" in cost}
+    timed = len(seconds) == len(slowest)  # the slowest by seconds where every task's cost is known
+    more, check = max(slowest.values(), key=lambda x: seconds[x[1]["task"]] if timed else x[0])
+    return {"check": check, "samples": more, "tasks": len(slowest), "seconds": sum(seconds.values()) if timed else None}
+
+
+def pass_text(need: Row | None) -> str:
+    """``a PASS needs every open check decided: the slowest, json max_drop, ≈+8133 samples; ~3.1 h of budget over
+    4 tasks at this run's seconds per pair`` (``pass_needs``); "" for None."""
+    if need is None:
+        return ""
+    c = need["check"]
+    name = c["task"] + (f"[{c['slice']}]" if c["slice"] != ALL else "") + f" {c['check']}"
+    if need["samples"] is None:
+        return f"a PASS needs every open check decided: {name} has no estimate of the pairs that would decide it"
+    tasks = f"{need['tasks']} task" + ("s" if need["tasks"] != 1 else "")
+    budget = (f"; {fmt_duration(need['seconds'])} of budget over {tasks} at this run's seconds per pair"
+              if need["seconds"] else "")
+    return f"a PASS needs every open check decided: the slowest, {name}, ≈+{need['samples']} samples{budget}"
