@@ -87,46 +87,59 @@ def fmt_duration(seconds: float) -> str:
     return f"~{seconds / 60:.0f} min" if seconds < 5400 else f"~{seconds / 3600:.1f} h"
 
 
+def check_name(c: Row) -> str:
+    """``needle[context_len>=2048] max_drop``: a check's task, slice (unless all) and kind."""
+    return c["task"] + (f"[{c['slice']}]" if c["slice"] != ALL else "") + f" {c['check']}"
+
+
 def pass_needs(r: Row, checks: list[Row]) -> Row | None:
     """What a PASS of a variant that is still INCONCLUSIVE would take: a PASS needs every open per-task check
     decided (the pooled check never PASSes on its own), so per task the samples of its slowest open check
     (``samples_to_decide``), and the seconds of them all at this run's costs (``task_seconds``; None when a task's
-    cost was not measured). Returns ``{"check", "samples", "tasks", "seconds"}`` with the slowest check (by its
-    seconds, or by its samples when some cost is unknown), or ``samples`` None when some open check has no
-    estimate (``more_needed`` None: more samples may not decide it); None when a check FAILed or heads to a FAIL
-    (a PASS would need its observed value to come back, which no pair count estimates)."""
-    if any(c["verdict"] == "FAIL" for c in checks):
-        return None
+    cost was not measured). Returns ``{"check", "samples", "tasks", "seconds", "back"}``: the slowest check (by
+    its seconds, or by its samples when some cost is unknown; None when only checks in ``back`` are open), with
+    ``samples`` None when an open check has no estimate (``more_needed`` None: more samples may not decide it);
+    ``back``, the open checks whose observed value is already past their threshold (``heads_to_fail``): a PASS
+    needs it back inside, which no pair count estimates. None when a check FAILed or none is open."""
     open_ = [c for c in checks if c["verdict"] == "INCONCLUSIVE" and c["task"] != POOLED]
-    if not open_ or any(heads_to_fail(c["check"], c["observed"], c["threshold"]) for c in open_):
+    if not open_ or any(c["verdict"] == "FAIL" for c in checks):
         return None
+    back = [c for c in open_ if heads_to_fail(c["check"], c["observed"], c["threshold"])]
+    need: Row = {"check": None, "samples": None, "tasks": 0, "seconds": None, "back": back}
     slowest: dict[str, tuple[int, Row]] = {}
-    for c in open_:
+    for c in (c for c in open_ if c not in back):
         more = samples_to_decide(r, c)
         if more is None:
-            return {"check": c, "samples": None, "tasks": len({x["task"] for x in open_}), "seconds": None}
+            return {**need, "check": c}
         if more > slowest.get(c["task"], (0, c))[0]:
             slowest[c["task"]] = (more, c)
     if not slowest:
-        return None
+        return need
     cost = r.get("seconds_per_pair") or {}
     seconds = {t: task_seconds(r, c["variant"], t, more) for t, (more, c) in slowest.items()
                if f"{c['variant']}/{t}" in cost}
     timed = len(seconds) == len(slowest)  # the slowest by seconds where every task's cost is known
     more, check = max(slowest.values(), key=lambda x: seconds[x[1]["task"]] if timed else x[0])
-    return {"check": check, "samples": more, "tasks": len(slowest), "seconds": sum(seconds.values()) if timed else None}
+    return {**need, "check": check, "samples": more, "tasks": len(slowest),
+            "seconds": sum(seconds.values()) if timed else None}
 
 
 def pass_text(need: Row | None) -> str:
     """``a PASS needs every open check decided: the slowest, json max_drop, ≈+8133 samples; ~3.1 h of budget over
-    4 tasks at this run's seconds per pair`` (``pass_needs``); "" for None."""
+    4 tasks at this run's seconds per pair; and needle max_drop, now past its threshold, back inside it``
+    (``pass_needs``); "" for None."""
     if need is None:
         return ""
-    c = need["check"]
-    name = c["task"] + (f"[{c['slice']}]" if c["slice"] != ALL else "") + f" {c['check']}"
-    if need["samples"] is None:
-        return f"a PASS needs every open check decided: {name} has no estimate of the pairs that would decide it"
-    tasks = f"{need['tasks']} task" + ("s" if need["tasks"] != 1 else "")
-    budget = (f"; {fmt_duration(need['seconds'])} of budget over {tasks} at this run's seconds per pair"
-              if need["seconds"] else "")
-    return f"a PASS needs every open check decided: the slowest, {name}, ≈+{need['samples']} samples{budget}"
+    parts, c = [], need["check"]
+    if c is not None and need["samples"] is None:
+        parts.append(f"{check_name(c)} has no estimate of the pairs that would decide it")
+    elif c is not None:
+        tasks = f"{need['tasks']} task" + ("s" if need["tasks"] != 1 else "")
+        budget = (f"; {fmt_duration(need['seconds'])} of budget over {tasks} at this run's seconds per pair"
+                  if need["seconds"] else "")
+        parts.append(f"the slowest, {check_name(c)}, ≈+{need['samples']} samples{budget}")
+    if need["back"]:
+        one = len(need["back"]) == 1
+        parts.append(", ".join(check_name(x) for x in need["back"])
+                     + (", now past its threshold, back inside it" if one else ", now past their thresholds, back inside"))
+    return "a PASS needs every open check decided: " + "; and ".join(parts)

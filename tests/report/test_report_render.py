@@ -451,8 +451,9 @@ def test_a_slice_check_counts_the_task_samples_its_pairs_take():
 
 def test_an_undecided_card_says_what_a_pass_needs(report):
     """A PASS needs every open per-task check: per task its slowest, the slowest of all by the seconds its samples
-    take (needle's 40 cost more than json's 300 here), the seconds summed over the tasks; the Markdown and HTML
-    cards say it. No line when a check heads to a FAIL or FAILed; a check with no estimate is named."""
+    take (needle's 60 cost more than json's 300 here), the seconds summed over the tasks; the Markdown and HTML
+    cards say it. A check already past its threshold must come back (no pair count estimates that); no line when
+    a check FAILed; a check with no estimate is named."""
     from evalsuite.report.deciding import pass_needs, pass_text
 
     def check(task, more, observed=-0.02, slice_="all", kind="max_drop", verdict="INCONCLUSIVE", n=48):
@@ -479,7 +480,12 @@ def test_an_undecided_card_says_what_a_pass_needs(report):
     assert "To decide it: a PASS needs every open check decided: the slowest, " in render_markdown(shown)
     assert "A PASS needs every open check decided: the slowest, " in render_html(shown)
     assert "a PASS needs" not in render_markdown(report).split("w4g128+kv4g32`")[0]  # not on the decided cards
-    assert pass_needs(r, checks + [check("code", 5, -0.08)]) is None  # code heads to a FAIL
+    heading = pass_needs(r, checks + [check("code", 5, -0.08)])  # code's drop is past max_drop 0.05
+    assert heading["check"] is need["check"] and heading["back"][0]["task"] == "code"
+    assert pass_text(heading) == text + "; and code max_drop, now past its threshold, back inside it"
+    only = pass_needs(r, [check("code", 5, -0.08), check("json", 3, 0.3, kind="max_flip_rate")])
+    assert pass_text(only) == ("a PASS needs every open check decided: code max_drop, json max_flip_rate, "
+                               "now past their thresholds, back inside")
     assert pass_needs(r, checks + [check("code", None, verdict="FAIL")]) is None
     assert "json max_drop has no estimate" in pass_text(pass_needs(r, [check("json", None)] + checks))
 
