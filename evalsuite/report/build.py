@@ -54,7 +54,8 @@ def report_model(store: Store, gated: GatedRun) -> ReportModel:
         tasks=dict(state.task_versions), noise_floor=gated.noise, policy=gated.policy.to_dict(),
         kld_method={"run": state.kld_method, "rows": store.kld_methods()},
         verification=verification(store, gated.variants, state),
-        seconds_per_pair=dict(state.seconds_per_pair) or None, baseline_cost=baseline_cost(state))
+        seconds_per_pair=dict(state.seconds_per_pair) or None, baseline_cost=baseline_cost(state),
+        stopped={v: dict(t) for v, t in state.stopped.items() if t} or None)
 
 
 def baseline_cost(state: RunState) -> dict[str, dict[str, float]] | None:

@@ -87,6 +87,17 @@ def fmt_duration(seconds: float) -> str:
     return f"~{seconds / 60:.0f} min" if seconds < 5400 else f"~{seconds / 3600:.1f} h"
 
 
+#: why a (variant, task) stopped drawing that says nothing a card needs: it was decided, or its variant FAILed
+SETTLED = ("decided", "variant FAILed")
+
+
+def stopped_drawing(r: Row, variant: str) -> list[str]:
+    """``task: why`` for each task an undecided variant stopped drawing on while a check was open (out of reach of
+    the budget or the stream, budget spent, waiting on another variant), from a sequential run's ``stopped``."""
+    why = (r.get("stopped") or {}).get(variant) or {}
+    return [f"{task}: {text}" for task, text in sorted(why.items()) if not text.startswith(SETTLED)]
+
+
 def check_name(c: Row) -> str:
     """``needle[context_len>=2048] max_drop``: a check's task, slice (unless all) and kind."""
     return c["task"] + (f"[{c['slice']}]" if c["slice"] != ALL else "") + f" {c['check']}"

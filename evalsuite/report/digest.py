@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalsuite.report.deciding import (ALL, POOLED, check_n, pass_needs, samples_to_decide, seconds_to_decide,
-                                       stat_row)
+                                       stat_row, stopped_drawing)
 
 RANK = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
 Row = dict[str, Any]
@@ -147,6 +147,7 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
         cards.append({
             "variant": v["variant"], "verdict": verdict, "reasons": reasons,
             "to_pass": pass_needs(r, mine) if verdict == "INCONCLUSIVE" else None,
+            "stopped": stopped_drawing(r, v["variant"]) if verdict == "INCONCLUSIVE" else [],
             "checks": len(mine), "contexts": context_range(r, v["variant"]),
             "passed": sum(c["verdict"] == "PASS" for c in mine),
             "weights": _saving(v, base, "weight_bytes"), "kv": _saving(v, base, "kv_bytes_per_token"),

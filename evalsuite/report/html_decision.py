@@ -49,9 +49,13 @@ def _reasons(card: Row) -> str:
 
 
 def _to_pass(card: Row) -> str:
-    """For an INCONCLUSIVE card: what a PASS would take (``deciding.pass_needs``)."""
+    """For an INCONCLUSIVE card: what a PASS would take (``deciding.pass_needs``) and why its tasks stopped drawing
+    (``deciding.stopped_drawing``)."""
     text = pass_text(card.get("to_pass"))
-    return f'<div class="counts to-pass">{e(text[0].upper() + text[1:])}</div>' if text else ""
+    out = f'<div class="counts to-pass">{e(text[0].upper() + text[1:])}</div>' if text else ""
+    if card.get("stopped"):
+        out += f'<div class="counts stopped">Stopped drawing: {e("; ".join(card["stopped"]))}</div>'
+    return out
 
 
 def covers_note(card: Row) -> str:

@@ -40,7 +40,8 @@ def _decision_lines(r: dict[str, Any]) -> list[str]:
         to_pass = pass_text(c["to_pass"])
         out.append(f"- **{c['verdict'] or '—'}** `{c['variant']}` — {' · '.join(facts)}"
                    + (f" — {reasons}" if reasons else f" — {c['passed']} of {c['checks']} checks pass")
-                   + (f". To decide it: {to_pass}" if to_pass else ""))
+                   + (f". To decide it: {to_pass}" if to_pass else "")
+                   + (f". Stopped drawing: {'; '.join(c['stopped'])}" if c["stopped"] else ""))
     return out or ["- no variants besides the baseline"]
 
 

@@ -15,7 +15,8 @@ Shape (``schema_version`` 2)::
      "tasks": {name: version}, "noise_floor": [PairedStats.to_dict()] (optional),
      "seconds_per_pair": {"variant/task": seconds} (optional: a sequential run's measured cost of a pair),
      "baseline_cost": {task: {"drawn", "held", "seconds"}} (optional: the baseline's seconds per sample past the
-                      ``held`` samples a stored baseline answers, ``report.build.baseline_cost``)}
+                      ``held`` samples a stored baseline answers, ``report.build.baseline_cost``),
+     "stopped": {variant: {task: why it stopped drawing}} (optional: a sequential run's ``meta.stopped``)}
 
 ``score[i][j]`` is the mean score at ``depth[i]`` and ``context_len[j]`` (``None`` where no sample fell).
 Version 2 added ``stats[].metrics``, ``checks[].n``, ``checks[].more_needed`` and ``policy``; a version-1 dict
@@ -79,6 +80,8 @@ class ReportModel:
     seconds_per_pair: dict[str, float] | None = None
     #: {task: {"drawn", "held", "seconds"}}: what the baseline's new samples cost (``report.build.baseline_cost``)
     baseline_cost: dict[str, dict[str, float]] | None = None
+    #: {variant: {task: why that (variant, task) stopped drawing samples}}: a sequential run's ``meta.stopped``
+    stopped: dict[str, dict[str, str]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -90,7 +93,7 @@ class ReportModel:
             "stats": [s.to_dict() for s in self.stats], "checks": [c.to_dict() for c in self.gate.checks],
             "needle_grid": self.needle_grid, "flips": [f.to_dict() for f in self.flips], "tasks": dict(self.tasks),
             "policy": self.policy, "kld_method": self.kld_method, "verification": self.verification,
-            "seconds_per_pair": self.seconds_per_pair, "baseline_cost": self.baseline_cost}
+            "seconds_per_pair": self.seconds_per_pair, "baseline_cost": self.baseline_cost, "stopped": self.stopped}
         if self.noise_floor is not None:
             d["noise_floor"] = [s.to_dict() for s in self.noise_floor]
         return d
@@ -109,7 +112,7 @@ def check_report(report: dict[str, Any]) -> dict[str, Any]:
     out = dict(report)
     for key, empty in (("needle_grid", {}), ("flips", []), ("tasks", {}), ("noise_floor", None), ("policy", None),
                        ("kld_method", None), ("verification", None), ("seconds_per_pair", None),
-                       ("baseline_cost", None)):
+                       ("baseline_cost", None), ("stopped", None)):
         out.setdefault(key, empty)
     out["stats"] = [{"metrics": {}, **s} for s in out["stats"]]
     out["checks"] = [{"n": 0, "more_needed": None, **c} for c in out["checks"]]

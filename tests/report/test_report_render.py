@@ -480,6 +480,12 @@ def test_an_undecided_card_says_what_a_pass_needs(report):
     assert "To decide it: a PASS needs every open check decided: the slowest, " in render_markdown(shown)
     assert "A PASS needs every open check decided: the slowest, " in render_html(shown)
     assert "a PASS needs" not in render_markdown(report).split("w4g128+kv4g32`")[0]  # not on the decided cards
+    why = {"json": "out of reach: ~300 more pairs, more than the cap of 192 leaves (48 drawn)",
+           "reasoning": "decided (INCONCLUSIVE)", "gsm": "budget spent"}
+    shown["stopped"] = {"w4g128+kv4g32": why, "w4g128": {"json": "variant FAILed"}}
+    said = "Stopped drawing: gsm: budget spent; json: out of reach: ~300 more pairs, more than the cap of 192 leaves"
+    assert said in render_markdown(shown) and said in render_html(shown)
+    assert "reasoning: decided" not in render_markdown(shown) and "variant FAILed" not in render_markdown(shown)
     heading = pass_needs(r, checks + [check("code", 5, -0.08)])  # code's drop is past max_drop 0.05
     assert heading["check"] is need["check"] and heading["back"][0]["task"] == "code"
     assert pass_text(heading) == text + "; and code max_drop, now past its threshold, back inside it"
