@@ -75,10 +75,6 @@ def gated_rows(r: Row, stats: list[Row]) -> list[Row]:
     return [s for s in stats if (s["variant"], s["task"], s["slice"]) in checked]
 
 
-
-
-
-
 def task_decision(r: Row, variant: str, task: str) -> Row | None:
     """The (variant, task) decision: worst verdict over its checks, the deciding checks, the ``all`` row's Δ,
     the n behind it and, when INCONCLUSIVE, about how many more samples of the task would decide it."""
@@ -153,16 +149,6 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
             "weights": _saving(v, base, "weight_bytes"), "kv": _saving(v, base, "kv_bytes_per_token"),
             "ttft": _saving(v, base, "ttft_s"), "itl": _saving(v, base, "itl_s")})
     return cards
-
-
-
-
-
-
-
-
-
-
 
 
 def context_range(r: Row, variant: str) -> tuple[int, int] | None:
