@@ -98,6 +98,11 @@ def stopped_drawing(r: Row, variant: str) -> list[str]:
     return [f"{task}: {text}" for task, text in sorted(why.items()) if not text.startswith(SETTLED)]
 
 
+def stopped_text(stopped: list[str]) -> str:
+    """``Stopped drawing: code: out of reach: …; json: …`` (``stopped_drawing``); "" for none."""
+    return f"Stopped drawing: {'; '.join(stopped)}" if stopped else ""
+
+
 def check_name(c: Row) -> str:
     """``needle[context_len>=2048] max_drop``: a check's task, slice (unless all) and kind."""
     return c["task"] + (f"[{c['slice']}]" if c["slice"] != ALL else "") + f" {c['check']}"
@@ -115,10 +120,11 @@ def pass_needs(r: Row, checks: list[Row]) -> Row | None:
     open_ = [c for c in checks if c["verdict"] == "INCONCLUSIVE" and c["task"] != POOLED]
     if not open_ or any(c["verdict"] == "FAIL" for c in checks):
         return None
-    back = [c for c in open_ if heads_to_fail(c["check"], c["observed"], c["threshold"])]
+    past = [heads_to_fail(c["check"], c["observed"], c["threshold"]) for c in open_]
+    back = [c for c, p in zip(open_, past) if p]
     need: Row = {"check": None, "samples": None, "tasks": 0, "seconds": None, "back": back}
     slowest: dict[str, tuple[int, Row]] = {}
-    for c in (c for c in open_ if c not in back):
+    for c in (c for c, p in zip(open_, past) if not p):
         more = samples_to_decide(r, c)
         if more is None:
             return {**need, "check": c}
@@ -150,7 +156,7 @@ def pass_text(need: Row | None) -> str:
                   if need["seconds"] else "")
         parts.append(f"the slowest, {check_name(c)}, ≈+{need['samples']} samples{budget}")
     if need["back"]:
-        one = len(need["back"]) == 1
-        parts.append(", ".join(check_name(x) for x in need["back"])
-                     + (", now past its threshold, back inside it" if one else ", now past their thresholds, back inside"))
+        tail = ", now past its threshold, back inside it" if len(need["back"]) == 1 else (
+            ", now past their thresholds, back inside")
+        parts.append(", ".join(check_name(x) for x in need["back"]) + tail)
     return "a PASS needs every open check decided: " + "; and ".join(parts)

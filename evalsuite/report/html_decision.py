@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.deciding import pass_text, to_decide
+from evalsuite.report.deciding import pass_text, stopped_text, to_decide
 from evalsuite.report.digest import POOLED, pooled_text, task_decision, task_names, variant_cards
 from evalsuite.report.html_common import delta_class, e, vclass
 from evalsuite.report.model import fmt_bytes, fmt_delta, fmt_ms
@@ -48,13 +48,13 @@ def _reasons(card: Row) -> str:
     return '<ul class="reasons">' + "".join(items) + "</ul>"
 
 
-def _to_pass(card: Row) -> str:
+def _to_decide(card: Row) -> str:
     """For an INCONCLUSIVE card: what a PASS would take (``deciding.pass_needs``) and why its tasks stopped drawing
     (``deciding.stopped_drawing``)."""
     text = pass_text(card.get("to_pass"))
     out = f'<div class="counts to-pass">{e(text[0].upper() + text[1:])}</div>' if text else ""
     if card.get("stopped"):
-        out += f'<div class="counts stopped">Stopped drawing: {e("; ".join(card["stopped"]))}</div>'
+        out += f'<div class="counts stopped">{e(stopped_text(card["stopped"]))}</div>'
     return out
 
 
@@ -72,7 +72,7 @@ def _card(card: Row) -> str:
     return (f'<div class="card {vclass(verdict)}" data-variant="{e(card["variant"])}">'
             f'<div class="card-head"><span class="name">{e(card["variant"])}</span>'
             f'<span class="verdict">{e(verdict or "—")}</span></div>'
-            f'<div class="counts">{e(counts)}</div>{covers_note(card)}{_reasons(card)}{_to_pass(card)}'
+            f'<div class="counts">{e(counts)}</div>{covers_note(card)}{_reasons(card)}{_to_decide(card)}'
             '<dl class="gains">'
             f'{_bytes_line("weights", card["weights"], fmt_bytes)}'
             f'{_bytes_line("KV cache", card["kv"], lambda x: f"{x:,.0f}", " B/token")}'

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.deciding import pass_text, to_decide
+from evalsuite.report.deciding import pass_text, stopped_text, to_decide
 from evalsuite.report.digest import (POOLED, metric_names, metric_rows, pooled_text, split_rows, task_decision,
                                      task_names, variant_cards, verification_lines)
 from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_delta, fmt_ms, fmt_num,
@@ -41,7 +41,7 @@ def _decision_lines(r: dict[str, Any]) -> list[str]:
         out.append(f"- **{c['verdict'] or '—'}** `{c['variant']}` — {' · '.join(facts)}"
                    + (f" — {reasons}" if reasons else f" — {c['passed']} of {c['checks']} checks pass")
                    + (f". To decide it: {to_pass}" if to_pass else "")
-                   + (f". Stopped drawing: {'; '.join(c['stopped'])}" if c["stopped"] else ""))
+                   + (f". {stopped_text(c['stopped'])}" if c["stopped"] else ""))
     return out or ["- no variants besides the baseline"]
 
 
