@@ -247,3 +247,23 @@ def test_a_long_variant_name_does_not_run_into_its_badge(tmp_path):
     (tmp_path / "long-name.png").write_bytes(shot)
     if os.environ.get("REPORT_SCREENSHOT_LONG"):
         Path(os.environ["REPORT_SCREENSHOT_LONG"]).write_bytes(shot)
+
+
+OVERFLOW_JS = """JSON.stringify(Array.from(document.querySelectorAll('.card')).flatMap(c => {
+  const right = c.getBoundingClientRect().right;
+  return Array.from(c.querySelectorAll('*')).filter(x => x.getBoundingClientRect().right > right + 1)
+    .map(x => x.className + ': ' + x.textContent.slice(0, 60));
+}))"""
+
+
+def test_a_card_holds_its_text(tmp_path):
+    """An INCONCLUSIVE reason's "≈+N samples to decide, ~M min of budget ..." tail wraps inside its card instead
+    of running past its edge (it did while the tail never wrapped)."""
+    report = crafted_report()
+    report["seconds_per_pair"] = {f"{c['variant']}/{c['task']}": 12.5 for c in report["checks"]}
+    page = tmp_path / "index.html"
+    page.write_text(render_html(report), encoding="utf-8")
+    values, problems, _, shot = load_page(page, tmp_path / "profile", [OVERFLOW_JS], height=800)
+    assert problems == []
+    assert json.loads(values[0]) == []
+    (tmp_path / "cards.png").write_bytes(shot)

@@ -69,7 +69,7 @@ h2.first { margin-top: 0.6em; } h3 { margin: 1em 0 0.3em; font-size: 1.05em; }
 .card .counts { color: #666; font-size: 0.8em; }
 .reasons { margin: 0.35em 0; padding-left: 1.1em; font-size: 0.84em; } .reasons li { margin: 0.15em 0; }
 li.r-FAIL b { color: #b71c1c; } li.r-INCONCLUSIVE b { color: #8a5300; } li.r-PASS { color: #1b5e20; }
-.more { color: #8a5300; font-weight: 600; white-space: nowrap; }
+.more { color: #8a5300; font-weight: 600; }
 dl.gains { display: grid; grid-template-columns: max-content 1fr; gap: 0.1em 0.7em; font-size: 0.85em;
            margin: 0.4em 0 0; border-top: 1px solid #e3e6ea; padding-top: 0.35em; }
 dl.gains dt { color: #555; } dl.gains dd { margin: 0; }
