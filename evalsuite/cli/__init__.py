@@ -58,7 +58,8 @@ def cli() -> None:
 
     Runs a baseline model and its quantized variants (weights and/or KV cache) on the same samples,
     compares them sample by sample, and gates the release with PASS / FAIL / INCONCLUSIVE.
-    Exit codes: 0 pass, 1 fail (or inconclusive under on_inconclusive: fail), 2 bad input, 3 internal error.
+    Exit codes: 0 pass, 1 fail (or inconclusive under on_inconclusive: fail), 2 bad input, 3 internal error,
+    130 interrupted (Ctrl-C).
     """
 
 

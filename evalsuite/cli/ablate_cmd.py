@@ -12,17 +12,21 @@ from evalsuite.core.config import RunConfig
 @click.command()
 @model_options
 @click.option("--sweep", "sweeps", multiple=True, required=True, metavar="PATTERN",
-              help="Variant pattern with braces, e.g. 'w4g{32,64,128,256}' or 'kv4g{32,64,128}'. Repeatable.")
-@click.option("--tasks", "-t", default="needle,reasoning", show_default=True)
-@click.option("--limit", type=click.IntRange(min=1))
-@click.option("--seed", default=1234, show_default=True)
-@click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE")
-@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
+              help="Variant pattern with braces, e.g. 'w4g{32,64,128,256}' or 'kv4g{32,64,128}'; quote it, or the "
+                   "shell expands the braces. Repeatable.")
+@click.option("--tasks", "-t", default="needle,reasoning", show_default=True, help="Comma-separated tasks.")
+@click.option("--limit", type=click.IntRange(min=1),
+              help="At most N samples per task (spread evenly, as `run --limit`).")
+@click.option("--seed", default=1234, show_default=True, help="Sample-generation seed.")
+@click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE",
+              help="Override a task parameter (a YAML value), as `run --param`. Repeatable.")
+@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Rows decoded together (answers do not depend on it on batch-invariant kernels).")
 @click.option("--sensitivity", "sensitivity_file", type=click.Path(path_type=Path, dir_okay=False),
               help="results.json of `evalsuite sensitivity`: resolves keep=topN in sweeps, e.g. "
                    "'w4g64[keep=top{0,2,4,8}]' (the N most sensitive weight units of that ranking).")
 @click.option("--run-id", help="Run folder name (default ablate-YYYYmmdd-HHMMSS).")
-@click.option("--quiet", "-q", is_flag=True)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def ablate(model: str, dtype: str, device: str | None, sweeps: tuple[str, ...], tasks: str, limit: int | None,
            seed: int, params: tuple[str, ...], batch_size: int, sensitivity_file: Path | None, run_id: str | None,
            quiet: bool) -> int:

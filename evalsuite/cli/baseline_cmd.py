@@ -11,12 +11,17 @@ from evalsuite.core.config import DEFAULT_TASKS, RunConfig
 
 @click.command()
 @model_options
-@click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True)
-@click.option("--limit", type=click.IntRange(min=1))
-@click.option("--seed", default=1234, show_default=True)
-@click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE")
-@click.option("--out", type=click.Path(path_type=Path), help="Baselines folder (default ./baselines).")
-@click.option("--quiet", "-q", is_flag=True)
+@click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True,
+              help="Comma-separated tasks whose samples the baseline answers.")
+@click.option("--limit", type=click.IntRange(min=1),
+              help="At most N samples per task (spread evenly, as `run --limit`).")
+@click.option("--seed", default=1234, show_default=True,
+              help="Sample-generation seed: a later `run` reuses the baseline only with the same seed.")
+@click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE",
+              help="Override a task parameter (a YAML value), as `run --param`. Repeatable.")
+@click.option("--out", type=click.Path(path_type=Path),
+              help="Baselines folder (default: $EVALSUITE_BASELINES, else the checkout's baselines/).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def baseline(model: str, dtype: str, device: str | None, tasks: str, limit: int | None, seed: int,
              params: tuple[str, ...], out: Path | None, quiet: bool) -> int:
     """Run the baseline only and store its per-sample results with a manifest (model content fingerprint,

@@ -15,7 +15,8 @@ from evalsuite.cli.common import runs_root, set_run_dir
 def gate(run: str, policy: Path | None, no_report: bool) -> int:
     """Re-gate the stored samples of RUN (a run id under ./runs, or a run folder) in seconds.
 
-    Exit codes: 0 pass, 1 fail (or inconclusive under on_inconclusive: fail), 2 bad input, 3 internal error.
+    Exit codes: 0 pass, 1 fail (or inconclusive under on_inconclusive: fail), 2 bad input, 3 internal error,
+    130 interrupted (Ctrl-C).
     """
     from evalsuite.cli.finish import gate_and_report
     from evalsuite.gate.policy import load_policy

@@ -15,14 +15,18 @@ from evalsuite.core.config import DEFAULT_TASKS
 @click.command()
 @model_options
 @click.option("--variant", "variant", required=True, help="Variant spec, e.g. w4g128, kv4g32, w4g64+kv2g32.")
-@click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True)
+@click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True,
+              help="Comma-separated tasks whose samples make the slice.")
 @click.option("--limit", default=3, show_default=True, type=click.IntRange(min=1), help="Samples per task.")
-@click.option("--seed", default=1234, show_default=True)
-@click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE")
+@click.option("--seed", default=1234, show_default=True, help="Sample-generation seed.")
+@click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE",
+              help="Override a task parameter (a YAML value), as `run --param`. Repeatable.")
 @click.option("--max-new-tokens", default=48, show_default=True, type=click.IntRange(min=1),
               help="Cap on each baseline answer (teacher-forced tokens).")
-@click.option("--batch-size", default=4, show_default=True, type=click.IntRange(min=1))
-@click.option("--unit", "unit_kind", default="layer", show_default=True, type=click.Choice(["layer", "module"]))
+@click.option("--batch-size", default=4, show_default=True, type=click.IntRange(min=1),
+              help="Samples per teacher-forced pass.")
+@click.option("--unit", "unit_kind", default="layer", show_default=True, type=click.Choice(["layer", "module"]),
+              help="Quantize one decoder layer's Linear modules at a time, or one module (q/k/v/o/gate/up/down).")
 @click.option("--fix", is_flag=True, help="Propose a keep-set bringing the measured KLD under the target, and gate.")
 @click.option("--target", help="KLD target for --fix: a number, or N% of the variant's measured KLD "
               "(default: the policy's max_kld).")

@@ -12,7 +12,8 @@ SMOKE_PROMPT = "What is the capital of France? Answer in one short sentence."
 @model_options
 @click.option("--variants", "-v", default="bf16,w8,w4g64", show_default=True,
               help="Comma-separated variant specs (see `evalsuite variants describe --help`).")
-@click.option("--max-new-tokens", default=24, show_default=True)
+@click.option("--max-new-tokens", default=24, show_default=True, type=click.IntRange(min=1),
+              help="Tokens each variant generates for the fixed prompt (greedy).")
 def smoke(model: str, dtype: str, device: str | None, variants: str, max_new_tokens: int) -> int:
     """Load MODEL, build each variant, greedy-answer one fixed prompt; print a table of
     variant, measured weight bytes, formula bytes, fingerprint and the answer. An artifact
