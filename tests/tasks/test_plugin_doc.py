@@ -63,8 +63,8 @@ def test_the_documented_plugin_keeps_the_task_contract(installed):
     assert [s.metadata["conversion"] for s in first[:4]] == ["length", "time"] * 2  # slices in turn
     assert len(task.samples(task.params(None), seed=7)) == 24 and task.stream_size(params) is None
     sample: Sample = first[0]
-    right: Score = task.score(sample, f"It is {sample.target:,} metres.")
-    assert right.value == 1.0 and right.metrics == {"answered": 1}
+    right: Score = task.score(sample, f"3 kilometres is 3 * 1000 = {sample.target:,} metres.")
+    assert right.value == 1.0 and right.metrics == {"answered": 1}  # the last number counts
     assert task.score(sample, "I do not know").value == 0.0
 
 
