@@ -5,12 +5,14 @@ from pathlib import Path
 
 import click
 
-from evalsuite.cli.common import baselines_root, check_device, model_options, quiet_libraries, runs_root
+from evalsuite.cli.common import (baselines_root, check_device, model_options, quiet_libraries, runs_root,
+                                  task_config_option)
 from evalsuite.core.config import DEFAULT_TASKS, RunConfig
 
 
 @click.command()
 @model_options
+@task_config_option
 @click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True)
 @click.option("--limit", type=click.IntRange(min=1))
 @click.option("--seed", default=1234, show_default=True)
