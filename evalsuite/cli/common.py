@@ -79,16 +79,6 @@ def quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
 
 
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
 def table(rows: list[list[str]], header: list[str]) -> str:
     """A plain aligned text table."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
