@@ -43,8 +43,7 @@ EOF
 FAILED=0
 
 echo "== CUDA tests"
-CUDA_TESTS=(tests/models/test_device_cuda.py tests/models/test_device.py tests/cli/test_device_cli.py
-            tests/lmeval/test_lmeval_device.py)
+mapfile -t CUDA_TESTS < benchmarks/cuda_tests.txt  # the tests with CUDA branches (gpu_gate.sh runs them too)
 if ! "$PYTHON" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   echo "SKIPPED: no CUDA device (the tests would skip)"
 elif ! WHY=$("$PYTHON" -c 'import pytest, lm_eval, gguf; from evalsuite.models.embedded import embedded_gguf; embedded_gguf()' 2>&1); then
