@@ -19,19 +19,7 @@ LOG=/dev/null
 if [[ -n "${OUT:-}" ]]; then mkdir -p "$OUT"; LOG="$OUT/gpu_check.log"; fi
 exec > >(tee "$LOG") 2>&1
 
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x .venv/bin/python ]] && .venv/bin/python -c 'import torch' 2>/dev/null; then PYTHON=.venv/bin/python
-  else PYTHON=python3; fi
-fi
-WHEELS="${WHEELS:-.whl}"
-if compgen -G "$WHEELS/*.whl" >/dev/null; then
-  echo "== installing $(ls "$WHEELS"/*.whl | wc -l) carried wheels into /tmp/site (offline)"
-  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    "$WHEELS"/*.whl || exit 1
-  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
+source benchmarks/gpu_env.sh  # $PYTHON, carried wheels, PYTHONPATH, offline hub
 
 echo "== environment"
 "$PYTHON" - <<'EOF' || { echo "FAILED: torch / transformers / optimum-quanto / evalsuite must import"; exit 1; }

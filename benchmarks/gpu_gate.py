@@ -213,12 +213,15 @@ def main(argv: list[str] | None = None) -> int:
         extra = ["--engine", "vllm", "--vllm-python", python, "--variants", "vkvf8", "--vllm-arg=--enforce-eager"]
         run_step(steps[2], gate_cmd(model, work / "runs", "vllm", args.tiny, device, extra), 210, env, (0, 1))
         steps[2].verdicts = verdicts(work / "runs" / "vllm")
-    if cuda:
+    missing = subprocess.run([sys.executable, "-c", "import pytest, lm_eval"], capture_output=True, env=env)
+    if not cuda:
+        steps[3].detail = "no CUDA device"
+    elif missing.returncode != 0:
+        steps[3].detail = "the CUDA tests need pytest and lm_eval"
+    else:
         tests = (ROOT / "benchmarks" / "cuda_tests.txt").read_text().split()
         run_step(steps[3], [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                             *[str(ROOT / t) for t in tests]], 90, env, (0,))
-    else:
-        steps[3].detail = "no CUDA device"
     table = summary(steps)
     print("\n" + table, flush=True)
     if os.environ.get("OUT"):

@@ -61,35 +61,36 @@ def vllm_python(explicit: str | None = None) -> str:
                          "or run `make vllm` in an evalsuite checkout")
 
 
+def _ask(python: str, code: str, what: str) -> list[str]:
+    """The output lines of ``code`` run by ``python`` (180 s at most); a failure is one line naming ``what``."""
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=180)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EvalsuiteError(f"cannot run {python} for {what} ({exc}): give --vllm-python a Python that has "
+                             f"vLLM") from None
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EvalsuiteError(f"{python} has no working {what} ({last[:160]}): give --vllm-python a Python that "
+                             f"has vLLM, or run `make vllm` in an evalsuite checkout")
+    return [ln for ln in out.stdout.splitlines() if ln.strip()]
+
+
 @functools.lru_cache(maxsize=None)
 def vllm_devices(python: str) -> tuple[tuple[int, int], ...]:
     """(free, total) bytes of every GPU ``python``'s torch sees (empty without CUDA), asked once per interpreter
     in a subprocess (this process holds no CUDA context)."""
     code = ("import torch\nif torch.cuda.is_available():\n"
             "    for i in range(torch.cuda.device_count()): print(*torch.cuda.mem_get_info(i))")
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=180)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EvalsuiteError(f"cannot ask {python} for its GPUs ({exc})") from None
-    if out.returncode != 0:
-        raise EvalsuiteError(f"cannot ask {python} for its GPUs: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
-    return tuple((int(a), int(b)) for a, b in (ln.split() for ln in out.stdout.splitlines() if ln.strip()))
+    return tuple((int(a), int(b)) for a, b in (ln.split() for ln in _ask(python, code, "CUDA torch")))
 
 
 @functools.lru_cache(maxsize=None)
 def vllm_version(python: str) -> tuple[str, str]:
-    """(vLLM's version, its platform's device type: cpu, cuda ...) in ``python`` (one line when it has none). Asked once per interpreter and process: importing vLLM takes seconds."""
+    """(vLLM's version, its platform's device type: cpu, cuda ...) in ``python`` (one line when it has none).
+    Asked once per interpreter and process: importing vLLM takes seconds."""
     code = ("import vllm; from vllm.platforms import current_platform as p; "
             "print(vllm.__version__, p.device_type or 'unknown')")
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=180)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EvalsuiteError(f"cannot run {python} ({exc}): give --vllm-python a Python that has vLLM") from None
-    if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EvalsuiteError(f"{python} has no working vLLM ({last[:160]}): give --vllm-python a Python that has "
-                             f"vLLM, or run `make vllm` in an evalsuite checkout")
-    version, _, device = out.stdout.strip().splitlines()[-1].partition(" ")
+    version, _, device = (_ask(python, code, "vLLM") or [""])[-1].partition(" ")
     return version, device
 
 
