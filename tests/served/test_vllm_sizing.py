@@ -172,3 +172,25 @@ def test_model_window_follows_rope_scaling_and_the_tokenizer(tmp_path: Path) -> 
     (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 8192}))
     assert model_window(folder) == 8192
     shutil.rmtree(folder)
+
+
+def test_cli_refuses_a_task_longer_than_the_window_before_any_server(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through ``evalsuite run --engine vllm``: the tasks are prepared and measured first, and a task that needs
+    more than the served model's window is one line (exit 2); no server was started (a stand-in interpreter
+    answers vLLM's version probe and nothing else)."""
+    from click.testing import CliRunner
+
+    from evalsuite.cli import cli
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 0.32.0 cpu\n")
+    fake.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(cli, ["run", "--engine", "vllm", "--vllm-python", str(fake), "--variants", "vkvf8",
+                                   "--tasks", "reasoning", "--limit", "2", "--param", "reasoning.max_new_tokens=9000",
+                                   "--no-gate", "-q"], standalone_mode=False)
+    assert isinstance(res.exception, EvalsuiteError) and res.exception.exit_code == 2, res.output
+    msg = str(res.exception)
+    assert "reasoning" in msg and "9000 answer tokens" in msg and "8192-token window" in msg and "\n" not in msg
+    assert not list(tmp_path.glob("runs/*/servers"))

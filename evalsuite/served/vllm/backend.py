@@ -131,7 +131,13 @@ class VllmBackend:
         needs = [server_need(s) for s in self._specs]
         given = self.options.value("--max-model-len")
         windows = [n.window for n in needs if n.window]
-        context = int(given) if given else (context_needed(self._longest) if self._longest else min(windows or [4096]))
+        context = context_needed(self._longest) if self._longest else min(windows or [4096])
+        if given is not None:
+            longest = max(self._longest, key=lambda t: t[1] + t[2], default=("", 0, 0))
+            if not given.isdigit() or int(given) < longest[1] + longest[2]:
+                raise EvalsuiteError(f"--vllm-arg --max-model-len {given}: task {longest[0]!r} needs "
+                                     f"{longest[1] + longest[2]} tokens (prompt + answer)")
+            context = int(given)
         devices = None
         if self._device == "cuda":
             devices = [Device(free, total) for free, total in vllm_devices(self.python)] or None
