@@ -194,3 +194,17 @@ def test_cli_refuses_a_task_longer_than_the_window_before_any_server(tmp_path: P
     msg = str(res.exception)
     assert "reasoning" in msg and "9000 answer tokens" in msg and "8192-token window" in msg and "\n" not in msg
     assert not list(tmp_path.glob("runs/*/servers"))
+
+
+def test_vllm_options_need_the_vllm_engine_and_a_resume_keeps_them(tmp_path: Path) -> None:
+    from evalsuite.core.config import RunConfig
+    from evalsuite.served.vllm.cli import engine_backend
+
+    config = RunConfig(variants=["bf16"], tasks=["reasoning"])
+    with pytest.raises(EvalsuiteError, match="--engine vllm"):
+        engine_backend(config, tmp_path, None, None, False, tensor_parallel_size=2)
+    (tmp_path / "served.json").write_text(json.dumps({"engine": "vllm", "python": "/py", "options": {
+        "tensor_parallel_size": 2, "args": ["--enforce-eager"]}}))
+    backend = engine_backend(config, tmp_path, None, None, True)
+    assert backend.options == EngineOptions(2, ("--enforce-eager",)) and backend.python == "/py"
+    assert engine_backend(config, tmp_path, None, None, True, tensor_parallel_size=4).options.tensor_parallel_size == 4
