@@ -208,3 +208,12 @@ def test_vllm_options_need_the_vllm_engine_and_a_resume_keeps_them(tmp_path: Pat
     backend = engine_backend(config, tmp_path, None, None, True)
     assert backend.options == EngineOptions(2, ("--enforce-eager",)) and backend.python == "/py"
     assert engine_backend(config, tmp_path, None, None, True, tensor_parallel_size=4).options.tensor_parallel_size == 4
+
+
+def test_the_plan_says_what_it_chose(tmp_path: Path) -> None:
+    base = _model(tmp_path / "llama", "llama3-8b.json")
+    specs = [parse_served(t, base) for t in ("bf16", "vkvf8")]
+    gpu = _servers(specs, 8192, [H100])[0].describe()
+    assert gpu.startswith("vLLM servers on 1 x 80.00 GiB GPU, side by side: max-model-len 8192; shares bf16 0.")
+    cpu = plan_memory([server_need(s) for s in specs], 8192, None).describe()
+    assert cpu == "vLLM servers on CPU, side by side: max-model-len 8192; servers bf16, vkvf8"

@@ -78,11 +78,12 @@ class MemoryPlan:
 
     def describe(self) -> str:
         """One line for the run's log."""
-        parts = [f"{p.name} {p.share:.3f}" if p.share is not None else p.name for p in self.servers]
         where = (f"{self.tp} x {fmt_bytes(self.gpu_bytes)} GPU" if self.gpu_bytes else "CPU")
         mode = "one at a time (sleep mode)" if self.one_at_a_time else "side by side"
-        return (f"vLLM servers on {where}, {mode}: max-model-len "
-                f"{max(p.max_model_len for p in self.servers)}; shares {', '.join(parts)}")
+        head = f"vLLM servers on {where}, {mode}: max-model-len {max(p.max_model_len for p in self.servers)}"
+        if self.gpu_bytes is None:
+            return f"{head}; servers {', '.join(p.name for p in self.servers)}"
+        return f"{head}; shares {', '.join(f'{p.name} {p.share:.3f}' for p in self.servers)}"
 
 
 def context_needed(longest: Sequence[tuple[str, int, int]]) -> int:
