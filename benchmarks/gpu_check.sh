@@ -19,19 +19,7 @@ LOG=/dev/null
 if [[ -n "${OUT:-}" ]]; then mkdir -p "$OUT"; LOG="$OUT/gpu_check.log"; fi
 exec > >(tee "$LOG") 2>&1
 
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x .venv/bin/python ]] && .venv/bin/python -c 'import torch' 2>/dev/null; then PYTHON=.venv/bin/python
-  else PYTHON=python3; fi
-fi
-WHEELS="${WHEELS:-.whl}"
-if compgen -G "$WHEELS/*.whl" >/dev/null; then
-  echo "== installing $(ls "$WHEELS"/*.whl | wc -l) carried wheels into /tmp/site (offline)"
-  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    "$WHEELS"/*.whl || exit 1
-  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
+source benchmarks/gpu_env.sh  # $PYTHON, carried wheels, PYTHONPATH, offline hub
 
 echo "== environment"
 "$PYTHON" - <<'EOF' || { echo "FAILED: torch / transformers / optimum-quanto / evalsuite must import"; exit 1; }
@@ -43,8 +31,7 @@ EOF
 FAILED=0
 
 echo "== CUDA tests"
-CUDA_TESTS=(tests/models/test_device_cuda.py tests/models/test_device.py tests/cli/test_device_cli.py
-            tests/lmeval/test_lmeval_device.py)
+mapfile -t CUDA_TESTS < benchmarks/cuda_tests.txt  # the tests with CUDA branches (gpu_gate.sh runs them too)
 if ! "$PYTHON" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   echo "SKIPPED: no CUDA device (the tests would skip)"
 elif ! WHY=$("$PYTHON" -c 'import pytest, lm_eval, gguf; from evalsuite.models.embedded import embedded_gguf; embedded_gguf()' 2>&1); then

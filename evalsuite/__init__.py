@@ -1,19 +1,10 @@
-"""evalsuite: is this quantized variant safe to release, and for whom?"""
-from pathlib import Path
+"""evalsuite: is this quantized variant safe to release, and for whom?
 
-from evalsuite.mkl import choose_cbwr
-from evalsuite.threads import choose_wait_policy
-
-# How torch's OpenMP threads wait between parallel regions, decided before torch loads (it reads the variable
-# once): spinning when this machine's CPUs are idle (decode runs thousands of small regions back to back: 1.3-1.7x
-# faster than sleeping), sleeping (PASSIVE) when other processes keep them busy (spinning threads then collapse
-# throughput ~5x). An OMP_WAIT_POLICY or GOMP_SPINCOUNT already set is kept. ``evalsuite.threads`` says more.
-choose_wait_policy()
-# MKL's strict reproducibility mode: float32 matmuls whose rows do not depend on the call's shape (batch-invariant
-# where MKL's own blocking is not), at no cost measured; a MKL_CBWR already set is kept. ``evalsuite.mkl`` says more.
-choose_cbwr()
+Importing evalsuite (or any of its modules) changes nothing in the process: no environment variable is set and no
+file is read or written. The process-wide choices evalsuite makes for its own runs (how torch's OpenMP threads
+wait, ``evalsuite.threads``; MKL's reproducibility mode, ``evalsuite.mkl``) are made by the command line
+(``evalsuite.cli.main``) before torch loads, and the MKL mode also when a model is loaded (``models.load_model``).
+Where files go: ``evalsuite.paths``.
+"""
 
 __version__ = "0.1.0"
-
-#: Repository root (editable install): holds tasks/, baselines/, reports/.
-PROJECT_ROOT = Path(__file__).resolve().parent.parent

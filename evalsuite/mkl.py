@@ -11,9 +11,13 @@ MKL's Conditional Numerical Reproducibility in strict mode (``MKL_CBWR=AUTO,STRI
 reduction whatever the threads and the shape: the probe passes on that machine, and float32 GEMMs are about as fast
 (``benchmarks/mkl_cbwr.py``, 3 alternating rounds: 2,048 x 576 x 1,536 at 348 GFLOP/s strict against 356 default,
 0.98x; a 16-row call 152 us against 176 us).
-evalsuite sets it when first imported (MKL reads it at its first call, so before torch multiplies anything), unless
-the user set ``MKL_CBWR``; it changes float32 results in their last bits, never bf16 Linear layers (oneDNN's, see
-``evalsuite.onednn``). Where MKL was already called, or is absent, the probe still decides (``models.invariance``).
+
+Who sets it: the command line (``evalsuite.cli.main``) first thing, and ``models.load_model`` before it loads a
+model (MKL reads the variable at its first call, so before torch multiplies anything), unless the user set
+``MKL_CBWR``. Importing evalsuite does not. A library user whose process already ran a float32 matmul before
+loading a model through evalsuite keeps MKL's default mode (MKL read the variable then); the batch-invariance probe
+still decides what verification may assume (``models.invariance``). It changes float32 results in their last bits,
+never bf16 Linear layers (oneDNN's, see ``evalsuite.onednn``). Where MKL is absent, the probe decides alone.
 The mode in force is part of a run's settings and of a stored baseline's key (``cbwr_setting``).
 """
 from __future__ import annotations

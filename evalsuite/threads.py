@@ -10,11 +10,17 @@ AVX-512-BF16 EPYC with SmolLM2-135M in bf16 (json, 8 samples, batch 16; docs/arc
 * two such processes at once: 57 s each spinning against 12 s each sleeping (spinning threads hold a core the
   other process's thread needs, so every barrier waits for a scheduler slice).
 
-So the policy follows the machine: ``choose_wait_policy`` samples ``/proc/stat`` for ``SAMPLE_S`` when evalsuite is
-first imported (before torch loads: libgomp reads the variables once) and sets ``OMP_WAIT_POLICY=PASSIVE`` when
-other processes keep more than ``BUSY_CORES`` cores busy, or when it cannot tell (no ``/proc/stat``). A variable
-the user set (``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``) is kept. The choice is made once: a process that starts
-competing later is not seen. Thread count and arithmetic are unchanged, so results are too (only waiting differs).
+So the policy follows the machine: ``choose_wait_policy`` samples ``/proc/stat`` for ``SAMPLE_S`` and sets
+``OMP_WAIT_POLICY=PASSIVE`` when other processes keep more than ``BUSY_CORES`` cores busy, or when it cannot tell (no
+``/proc/stat``). A variable the user set (``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``) is kept. The choice is made once:
+a process that starts competing later is not seen. Thread count and arithmetic are unchanged, so results are too
+(only waiting differs).
+
+Who calls it: the command line (``evalsuite.cli.main``, ``evalsuite-lm-eval``), first thing, before torch loads:
+libgomp reads these variables once, when torch loads it. Importing evalsuite does not (a library must not change its
+host process), so a program that uses evalsuite as a library keeps whatever libgomp read when *it* imported torch
+(libgomp's bounded spin unless it set the variables): call ``choose_wait_policy()`` before importing torch to get
+the command line's behaviour.
 """
 from __future__ import annotations
 

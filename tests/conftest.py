@@ -4,7 +4,13 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
+
+from evalsuite.mkl import choose_cbwr
+
+# MKL's strict mode before torch multiplies anything, as the command line and load_model set it (importing
+# evalsuite sets nothing): tiny models built in code get the same float32 arithmetic as a loaded one.
+choose_cbwr()
+import torch  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

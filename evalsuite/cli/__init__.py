@@ -91,8 +91,19 @@ def _internal_error(exc: BaseException) -> None:
     sys.exit(INTERNAL_ERROR)
 
 
+def process_policies() -> None:
+    """The process-wide choices of an evalsuite command, made before torch loads (importing evalsuite makes
+    none): how OpenMP threads wait (``evalsuite.threads``) and MKL's reproducibility mode (``evalsuite.mkl``)."""
+    from evalsuite.mkl import choose_cbwr
+    from evalsuite.threads import choose_wait_policy
+
+    choose_wait_policy()
+    choose_cbwr()
+
+
 def main() -> None:
     """Console entry point: EvalsuiteError -> one line on stderr, exit 2; any other exception -> exit 3."""
+    process_policies()
     try:
         rc = cli.main(standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)

@@ -5,12 +5,14 @@ from pathlib import Path
 
 import click
 
-from evalsuite.cli.common import check_device, model_options, quiet_libraries, reports_root, runs_root
+from evalsuite.cli.common import (check_device, model_options, quiet_libraries, reports_root, runs_root,
+                                  task_config_option)
 from evalsuite.core.config import RunConfig
 
 
 @click.command()
 @model_options
+@task_config_option
 @click.option("--sweep", "sweeps", multiple=True, required=True, metavar="PATTERN",
               help="Variant pattern with braces, e.g. 'w4g{32,64,128,256}' or 'kv4g{32,64,128}'; quote it, or the "
                    "shell expands the braces. Repeatable.")

@@ -5,12 +5,14 @@ from pathlib import Path
 
 import click
 
-from evalsuite.cli.common import baselines_root, check_device, model_options, quiet_libraries, runs_root
+from evalsuite.cli.common import (baselines_root, check_device, model_options, quiet_libraries, runs_root,
+                                  task_config_option)
 from evalsuite.core.config import DEFAULT_TASKS, RunConfig
 
 
 @click.command()
 @model_options
+@task_config_option
 @click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True,
               help="Comma-separated tasks whose samples the baseline answers.")
 @click.option("--limit", type=click.IntRange(min=1),
@@ -20,7 +22,7 @@ from evalsuite.core.config import DEFAULT_TASKS, RunConfig
 @click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE",
               help="Override a task parameter (a YAML value), as `run --param`. Repeatable.")
 @click.option("--out", type=click.Path(path_type=Path),
-              help="Baselines folder (default: $EVALSUITE_BASELINES, else the checkout's baselines/).")
+              help="Baselines folder (default: $EVALSUITE_BASELINES, else ./baselines under $EVALSUITE_HOME or the working directory).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def baseline(model: str, dtype: str, device: str | None, tasks: str, limit: int | None, seed: int,
              params: tuple[str, ...], out: Path | None, quiet: bool) -> int:

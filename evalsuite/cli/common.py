@@ -7,7 +7,8 @@ from typing import Any, Callable
 
 import click
 
-from evalsuite import PROJECT_ROOT
+# where runs, reports and baselines go (the commands import them from here): evalsuite.paths
+from evalsuite.paths import TASK_CONFIG_ENV, baselines_root, reports_root, runs_root  # noqa: F401
 
 MODEL_HELP = "'default' (embedded SmolLM2-135M-Instruct), a local folder, a .gguf file, or an HF id (offline cache)."
 
@@ -42,6 +43,20 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--model", "-m", default="default", show_default=True, help=MODEL_HELP)(fn)
 
 
+def _use_task_config(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    """``--task-config DIR``: this command's task parameter files (``evalsuite.paths.task_config_dir``)."""
+    if value is not None:
+        os.environ[TASK_CONFIG_ENV] = str(value.resolve())
+
+
+def task_config_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--task-config DIR (not passed to the command: it sets where ``tasks.params`` reads ``<task>.yaml``)."""
+    return click.option("--task-config", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                        expose_value=False, is_eager=True, callback=_use_task_config, metavar="DIR",
+                        help="Folder of task parameter files (<task>.yaml). Default: ./tasks when it exists, else "
+                             "each task's built-in defaults.")(fn)
+
+
 _RUN_DIR: list[Path] = []  # the run folder of the command in progress (where an internal error's traceback goes)
 
 
@@ -55,20 +70,6 @@ def crash_log_dir() -> Path | None:
     return _RUN_DIR[0] if _RUN_DIR and _RUN_DIR[0].is_dir() else None
 
 
-def runs_root() -> Path:
-    """Where run folders live ($EVALSUITE_RUNS or ./runs)."""
-    return Path(os.environ.get("EVALSUITE_RUNS", "runs"))
-
-
-def reports_root() -> Path:
-    return Path(os.environ.get("EVALSUITE_REPORTS", "reports"))
-
-
-def baselines_root() -> Path:
-    env = os.environ.get("EVALSUITE_BASELINES")
-    return Path(env) if env else PROJECT_ROOT / "baselines"
-
-
 def quiet_libraries() -> None:
     """Keep transformers/tqdm chatter off the terminal; our own progress bars stay."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -76,16 +77,6 @@ def quiet_libraries() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:

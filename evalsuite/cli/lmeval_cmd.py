@@ -5,8 +5,12 @@ from pathlib import Path
 
 import click
 
+from evalsuite.cli.common import task_config_option
+
+
 @click.command()
 @click.argument("task")
+@task_config_option
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--limit", type=click.IntRange(min=1), help="At most N samples (the first N, as `run --limit`).")
 @click.option("--seed", default=1234, show_default=True, help="Sample-generation seed (as `run --seed`).")

@@ -6,9 +6,11 @@ from typing import Any
 
 import click
 
-from evalsuite.cli.common import baselines_root, check_device, model_options, quiet_libraries, runs_root, table
+from evalsuite.cli.common import (baselines_root, check_device, model_options, quiet_libraries, runs_root, table,
+                                  task_config_option)
 from evalsuite.errors import EvalsuiteError
 from evalsuite.core.config import DEFAULT_TASKS, DEFAULT_VARIANTS, RunConfig
+from evalsuite.served.vllm.cli import vllm_options
 
 
 def parse_duration(text: str) -> float:
@@ -42,6 +44,7 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 
 @click.command()
 @model_options
+@task_config_option
 @click.option("--variants", "-v", default=",".join(DEFAULT_VARIANTS), show_default=True,
               help="Comma-separated variant specs; the baseline (bf16) is added first if missing.")
 @click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True, help="Comma-separated tasks.")
@@ -100,7 +103,9 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--engine", type=click.Choice(["inprocess", "vllm"]), default=None,
               help="vllm: evalsuite serves the baseline and every variant with vLLM servers it starts (docs/vllm.md).")
 @click.option("--vllm-python", metavar="PATH", envvar="EVALSUITE_VLLM_PYTHON",
-              help="Python with vLLM for --engine vllm (default: the venv `make vllm` builds).")
+              help="Python with vLLM for --engine vllm (default: $EVALSUITE_VLLM_PYTHON, else this Python when it "
+                   "has vLLM, else ./.venv-vllm).")
+@vllm_options
 def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, limit: int | None,
         max_samples: int | None, round_size: int, budget: str | None, seed: int, params: tuple[str, ...],
         batch_size: int, out: Path | None, run_id: str | None, resume: str | None, accumulate: bool,
@@ -109,7 +114,8 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
         lm_eval_tasks: tuple[str, ...],
         lm_eval_include: Path | None, weight_kernels: str, reuse_prompt_kv: bool, recompute_identical: bool,
         verify: str, verify_audit: float, quiet: bool,
-        ray_address: str | None = None, engine: str | None = None, vllm_python: str | None = None) -> int:
+        ray_address: str | None = None, engine: str | None = None, vllm_python: str | None = None,
+        **vllm: Any) -> int:
     """Run the baseline and every variant on the same samples of each task, store every scored sample as it
     completes (SQLite, resumable), measure memory and speed, then gate against a policy.
 
@@ -154,7 +160,7 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
     baselines = store_baseline or baseline_dir or (baselines_root() if baselines_root().exists() else None)
     from evalsuite.served.vllm.cli import engine_backend
 
-    backend = engine_backend(config, run_dir, engine, vllm_python, bool(resume)) or \
+    backend = engine_backend(config, run_dir, engine, vllm_python, bool(resume), **vllm) or \
         make_backend(config, run_dir, ray_address)
     store = execute(config, run_dir, resume=bool(resume), backend=backend,
                     progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None,

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import click
 
-from evalsuite.cli.common import check_device, model_options, quiet_libraries, runs_root
+from evalsuite.cli.common import check_device, model_options, quiet_libraries, runs_root, task_config_option
 from evalsuite.errors import EvalsuiteError
 from evalsuite.core.config import DEFAULT_TASKS
 
 
 @click.command()
 @model_options
+@task_config_option
 @click.option("--variant", "variant", required=True, help="Variant spec, e.g. w4g128, kv4g32, w4g64+kv2g32.")
 @click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True,
               help="Comma-separated tasks whose samples make the slice.")

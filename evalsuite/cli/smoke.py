@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from evalsuite.cli.common import check_device, fmt_bytes, model_options, quiet_libraries, table
+from evalsuite.cli.common import check_device, model_options, quiet_libraries, table
+from evalsuite.report.model import fmt_bytes
 
 SMOKE_PROMPT = "What is the capital of France? Answer in one short sentence."
 

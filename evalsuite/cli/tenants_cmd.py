@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from evalsuite.cli.common import fmt_bytes, runs_root, table
+from evalsuite.cli.common import runs_root, table
+from evalsuite.report.model import fmt_bytes
 
 
 @click.command()

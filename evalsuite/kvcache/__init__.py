@@ -22,9 +22,24 @@ Padding: flushes count each row's own tokens (the decoder ``track``s its attenti
 of a quantization group and a row's K/V do not depend on its batch (``kvcache.layer``). transformers'
 QuantizedCache groups batch columns, padding included.
 """
-from evalsuite.kvcache.cache import (QuantKVCache, cache_nbytes, kv_bytes_for_length, kv_bytes_per_token,
-                                     make_cache, model_dims, plan_for, track_mask)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
 from evalsuite.kvcache.config import KVConfig
+
+#: loaded on first use (PEP 562): ``kvcache.config`` and ``kvcache.bytes`` (what the planner, the variant grammar
+#: and vLLM's server sizing read) import without torch; the cache itself needs it
+_LAZY = {**{name: "evalsuite.kvcache.cache" for name in ("QuantKVCache", "cache_nbytes", "make_cache", "plan_for",
+                                                          "track_mask")},
+         **{name: "evalsuite.kvcache.bytes" for name in ("kv_bytes_for_length", "kv_bytes_per_token", "model_dims")}}
 
 __all__ = ["KVConfig", "QuantKVCache", "cache_nbytes", "kv_bytes_for_length", "kv_bytes_per_token", "make_cache",
            "model_dims", "plan_for", "track_mask"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

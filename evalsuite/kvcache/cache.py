@@ -1,4 +1,4 @@
-"""Build KV caches from a ``KVConfig`` and account for the bytes they hold."""
+"""Build KV caches from a ``KVConfig`` and count the bytes they hold (the formula: ``kvcache.bytes``)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,9 +8,9 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer, QuantizedCache, get_layer_types_and_kwargs
 
 from evalsuite.errors import EvalsuiteError
+from evalsuite.kvcache.bytes import kv_groups, model_dims
 from evalsuite.kvcache.config import KVConfig, check_layers, layer_config
 from evalsuite.kvcache.layer import LayerPlan, QuantKVLayer, RowMask
-from evalsuite.kvcache.quant import META_BYTES
 
 
 class QuantKVCache(Cache):
@@ -54,37 +54,13 @@ def _dynamic_nbytes(layer: DynamicLayer) -> int:
     return layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
 
 
-def model_dims(model_config: Any) -> tuple[int, int, int]:
-    """(layers, kv heads, head dim) of a transformers model config."""
-    cfg = model_config.get_text_config(decoder=True) if hasattr(model_config, "get_text_config") else model_config
-    heads = cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    return cfg.num_hidden_layers, kv_heads, head_dim
-
-
 def plan_for(config: KVConfig, head_dim: int) -> LayerPlan:
-    """Resolve group sizes and the flush block; bad combinations raise EvalsuiteError."""
-    if config.fmt == "int" and config.bits not in (8, 4, 2):
-        raise EvalsuiteError(f"KV cache: int bits must be 8, 4 or 2, got {config.bits}")
-    if config.fmt not in ("int", "fp8e4", "fp8e5"):
-        raise EvalsuiteError(f"KV cache: unknown format {config.fmt!r} (int, fp8e4, fp8e5)")
-    if config.group < 0 or config.residual < 0:
-        raise EvalsuiteError("KV cache: group and residual must be >= 0")
-    dim_group = head_dim if config.group == 0 or config.group >= head_dim else config.group
-    if head_dim % dim_group:
-        raise EvalsuiteError(f"KV cache: group {config.group} does not divide head_dim {head_dim}")
-    if config.key_axis == "channel":
-        if config.group == 0 and config.residual == 0:
-            raise EvalsuiteError("KV cache: per-channel keys with group 0 need a residual > 0 (the group is the "
-                                 "flushed residual block)")
-        token_group = config.group or config.residual
-        flush = -(-max(config.residual, token_group) // token_group) * token_group
-        key_group = token_group
-    else:
-        flush, key_group = max(config.residual, 1), dim_group
+    """A layer's storage plan: the groups and flush block as ``kvcache.bytes.kv_groups`` resolves them (bad
+    combinations raise EvalsuiteError)."""
+    groups = kv_groups(config, head_dim)
     return LayerPlan(fmt=config.fmt, bits=config.bits if config.fmt == "int" else 8, key_axis=config.key_axis,
-                     key_group=key_group, value_group=dim_group, flush=flush, prefill=config.prefill)
+                     key_group=groups.key_group, value_group=groups.value_group, flush=groups.flush,
+                     prefill=config.prefill)
 
 
 def _check_layer_types(model_config: Any, allowed: set[str], backend: str) -> None:
@@ -148,49 +124,3 @@ def cache_nbytes(cache: Cache) -> int:
         for name in ("keys", "values", "_quantized_keys", "_quantized_values"):
             total += _tensor_bytes(getattr(layer, name, None), seen)
     return total
-
-
-def kv_bytes_per_token(config: KVConfig | None, model_config: Any, dtype_bytes: int = 2) -> float:
-    """Asymptotic KV bytes per token (whole model, batch 1, residual ignored).
-
-    2 (K and V) x layers x kv_heads x head_dim x bytes per value, plus float16 scale (+ zero point for ints) per
-    group. The hf backend (quanto) is estimated with a scale and a shift in the model dtype per group.
-    """
-    layers, kv_heads, head_dim = model_dims(model_config)
-    rows = 2 * layers * kv_heads
-    if config is None:
-        return float(rows * head_dim * dtype_bytes)
-    if config.layer_bits:  # per-layer bits: each layer at its own precision
-        check_layers(config, layers)
-        return sum(kv_bytes_per_token(layer_config(config, i), model_config, dtype_bytes) for i in range(layers)
-                   ) / layers
-    if config.backend == "hf":
-        return rows * head_dim * (config.bits / 8 + 2 * dtype_bytes / config.group)
-    plan = plan_for(config, head_dim)
-    n_meta = 2 if plan.fmt == "int" else 1
-    per_value = plan.bits / 8
-    key_meta = n_meta * META_BYTES * head_dim / plan.key_group  # per-channel: D groups per key_group tokens
-    value_meta = n_meta * META_BYTES * head_dim / plan.value_group
-    return rows / 2 * (2 * head_dim * per_value + key_meta + value_meta)
-
-
-def kv_bytes_for_length(config: KVConfig | None, model_config: Any, n_tokens: int, batch: int = 1,
-                        dtype_bytes: int = 2) -> int:
-    """Exact bytes an evalsuite cache holds for ``n_tokens`` tokens: quantized part + full-precision residual.
-
-    The residual is ``n_tokens mod flush`` tokens whatever the prefill/decode split (see ``QuantKVLayer.update``).
-    """
-    full = kv_bytes_per_token(None, model_config, dtype_bytes)
-    if config is None:
-        return int(batch * n_tokens * full)
-    if config.backend != "evalsuite":
-        raise EvalsuiteError("kv_bytes_for_length: only the evalsuite backend has an exact formula")
-    if config.layer_bits:
-        layers = model_dims(model_config)[0]
-        check_layers(config, layers)
-        return sum(kv_bytes_for_length(layer_config(config, i), model_config, n_tokens, batch, dtype_bytes)
-                   for i in range(layers)) // layers
-    plan = plan_for(config, model_dims(model_config)[2])
-    residual = n_tokens % plan.flush
-    quant = kv_bytes_per_token(config, model_config, dtype_bytes) * (n_tokens - residual)
-    return int(round(batch * (quant + residual * full)))

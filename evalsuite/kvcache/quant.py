@@ -13,7 +13,6 @@ from typing import Callable, Literal
 import torch
 
 META_DTYPE = torch.float16
-META_BYTES = 2
 FP8_DTYPES = {"fp8e4": torch.float8_e4m3fn, "fp8e5": torch.float8_e5m2}
 Axis = Literal["token", "channel"]
 

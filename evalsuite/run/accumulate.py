@@ -20,7 +20,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import evalsuite
 from evalsuite.core.config import RunConfig
 from evalsuite.core.records import DECODE_FORMAT
 from evalsuite.run.baselines import library_versions, package_version
@@ -31,8 +30,11 @@ FREE = ("budget_s", "max_samples")
 
 
 def source_hash() -> str:
-    """sha256 over evalsuite's own source and data files (relative path and bytes, in path order)."""
-    root = Path(evalsuite.__file__).parent
+    """sha256 over evalsuite's own source and data files (relative path and bytes, in path order), read where it is
+    installed (read only)."""
+    from importlib.resources import files
+
+    root = Path(str(files("evalsuite")))
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".py", ".yaml", ".txt", ".json")):
         h.update(str(path.relative_to(root)).encode())

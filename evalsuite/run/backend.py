@@ -49,7 +49,10 @@ class VariantRef(Protocol):
 
 @runtime_checkable
 class Backend(Protocol):
-    """Generation, KLD and variant facts for the Runner. ``variants`` parses without loading anything."""
+    """Generation, KLD and variant facts for the Runner. ``variants`` parses without loading anything.
+
+    Optional: ``fit_tasks(tasks)``, called with the prepared tasks before ``load`` (the vLLM engine sizes its
+    servers' context and memory to the longest prompt, ``served.vllm.memory``)."""
 
     kld_method: str  # how ``kld`` measures: stored in the run so the report can say it
 

@@ -23,18 +23,9 @@ from evalsuite.run.prepare import PreparedTask
 from evalsuite.core.costs import StoredBaseline, measured_rate
 from evalsuite.core.records import DECODE_FORMAT, SampleResult
 from evalsuite.core.store import Store
+from evalsuite.models.embedded import package_version
 
 MANIFEST = "manifest.json"
-
-
-def package_version(package: str) -> str:
-    """An installed package's version, or "absent"."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "absent"
 
 
 def library_versions() -> dict[str, str]:

@@ -36,6 +36,9 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
     variants = backend.variants(config.variants)
     drawn = _drawn(run_dir) if resume else None
     tasks = prepare_tasks(config, registry or default_registry(), backend.task_context(), drawn)
+    fit = getattr(backend, "fit_tasks", None)  # optional: a backend that sizes itself to the tasks before loading
+    if fit is not None:
+        fit(tasks)
     rounds = None
     if config.max_samples is not None or config.budget_s is not None:  # sequential: the budget ends it
         if decide is None and len(variants) > 1:

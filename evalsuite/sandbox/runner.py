@@ -15,7 +15,6 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 from evalsuite.sandbox.config import SandboxConfig, SandboxResult, SandboxUnavailable
@@ -26,7 +25,9 @@ ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 @functools.lru_cache(maxsize=1)
 def _bootstrap_source() -> str:
-    return Path(__file__).with_name("_bootstrap.py").read_text()
+    from importlib.resources import files
+
+    return files("evalsuite.sandbox").joinpath("_bootstrap.py").read_text(encoding="utf-8")
 
 
 def interpreter() -> tuple[str, str]:

@@ -96,8 +96,8 @@ def gate_variants(variants: list[str], tasks: list[str], limit: int, seed: int, 
            "--out", str(out), "--run-id", run_id, "--quiet", "--no-gate"]
     for p in params:
         cmd += ["--param", p]
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    # the child imports what this process imports (this evalsuite, wherever it is installed)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         from evalsuite.errors import EvalsuiteError

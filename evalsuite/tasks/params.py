@@ -1,4 +1,5 @@
-"""Task parameter overrides from ``tasks/<name>.yaml``: plain data (a mapping), validated by the task itself."""
+"""Task parameter overrides from ``<task config dir>/<name>.yaml``: plain data (a mapping), validated by the task
+itself. Which folder: ``evalsuite.paths.task_config_dir`` (``--task-config DIR``, else ``./tasks``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,14 +7,19 @@ from typing import Any
 
 import yaml
 
-import evalsuite
 from evalsuite.errors import EvalsuiteError
+from evalsuite.paths import task_config_dir
 from evalsuite.tasks.base import Task
 
 
-def tasks_dir() -> Path:
-    """The folder holding per-task parameter files (``<project root>/tasks``)."""
-    return evalsuite.PROJECT_ROOT / "tasks"
+def tasks_dir() -> Path | None:
+    """The folder holding per-task parameter files: ``--task-config DIR`` (``$EVALSUITE_TASK_CONFIG``), else
+    ``./tasks`` when it exists, else None (``evalsuite.paths.task_config_dir``). A folder named explicitly that
+    does not exist is a one-line error."""
+    folder = task_config_dir()
+    if folder is not None and not folder.is_dir():
+        raise EvalsuiteError(f"task parameter folder not found: {folder} (--task-config / $EVALSUITE_TASK_CONFIG)")
+    return folder
 
 
 def _read_yaml(path: Path) -> Any:
@@ -31,13 +37,15 @@ def _read_yaml(path: Path) -> Any:
 def load_task_params(task_name: str, path: Path | None = None, task: Task | None = None) -> dict[str, Any]:
     """Parameter overrides for ``task_name`` (not merged with the defaults).
 
-    ``path`` defaults to ``tasks/<task_name>.yaml`` under the project root; a missing default file means no
-    overrides, a missing explicit ``path`` is an error. The file must hold a mapping (or nothing); keys the
-    task does not know are an error (checked with ``Task.params``). ``task`` skips the registry lookup.
+    ``path`` defaults to ``<task_name>.yaml`` in ``tasks_dir()``; a missing default file (or no folder) means no
+    overrides: the task's own defaults, which ship with it. A missing explicit ``path`` is an error. The file must
+    hold a mapping (or nothing); keys the task does not know are an error (checked with ``Task.params``). ``task``
+    skips the registry lookup.
     """
     if path is None:
-        path = tasks_dir() / f"{task_name}.yaml"
-        if not path.is_file():
+        folder = tasks_dir()
+        path = folder / f"{task_name}.yaml" if folder is not None else None
+        if path is None or not path.is_file():
             return {}
     elif not Path(path).is_file():
         raise EvalsuiteError(f"task parameters file not found: {path}")

@@ -1,4 +1,6 @@
-"""The gate/report core imports neither torch nor transformers (re-gating a stored run needs no model stack)."""
+"""The gate/report core imports neither torch nor transformers (re-gating a stored run needs no model stack), and
+neither does any module whose docstring says it is torch-free: the planner, the variant grammar, the KV bytes
+formula, device parsing, where files go, and the vLLM engine's server sizing."""
 from __future__ import annotations
 
 import subprocess
@@ -10,11 +12,27 @@ CORE = ["evalsuite.core.records", "evalsuite.core.store", "evalsuite.core.state"
         "evalsuite.gate.policy", "evalsuite.gate.verdict", "evalsuite.gate.store_gate", "evalsuite.gate.tenants",
         "evalsuite.report.build", "evalsuite.report.ablation", "evalsuite.cli.gate_cmd", "evalsuite.cli.report_cmd",
         "evalsuite.cli.tenants_cmd", "evalsuite.cli.finish"]
+#: modules that say they need no torch (plan/: ``evalsuite plan`` reads a config.json; the grammar parses specs)
+TORCH_FREE = ["evalsuite.plan", "evalsuite.plan.bytes", "evalsuite.plan.capacity", "evalsuite.plan.render",
+              "evalsuite.plan.shape", "evalsuite.cli.plan_cmd", "evalsuite.variants.grammar",
+              "evalsuite.variants.quant_grammar", "evalsuite.variants.forms", "evalsuite.variants.mixed",
+              "evalsuite.kvcache.config", "evalsuite.kvcache.bytes", "evalsuite.models.device",
+              "evalsuite.models.embedded", "evalsuite.paths", "evalsuite.threads", "evalsuite.mkl",
+              "evalsuite.served.vllm.sizes", "evalsuite.served.vllm.memory", "evalsuite.served.vllm.cli"]
 
 
-def test_core_imports_no_torch_or_transformers():
-    code = (f"import sys\nfor m in {CORE!r}: __import__(m)\n"
+def _heavy(modules: list[str]) -> str:
+    """The heavy libraries a fresh interpreter holds after importing ``modules``."""
+    code = (f"import sys\nfor m in {modules!r}: __import__(m)\n"
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'optimum'})\n"
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip() == "", f"the core pulled in {out.stdout.strip()}"
+    return out.stdout.strip()
+
+
+def test_core_imports_no_torch_or_transformers():
+    assert _heavy(CORE) == "", "the core pulled in torch or transformers"
+
+
+def test_modules_that_say_torch_free_are():
+    assert _heavy(TORCH_FREE) == "", "a torch-free module pulled in torch or transformers"

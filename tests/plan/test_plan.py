@@ -223,11 +223,12 @@ def test_planner_matches_runtime_formula_on_quantized_tiny_models():
 @pytest.mark.parametrize("spec", ["kv8", "kv4g32", "kv2g64r64", "kvf8e4", "kvf8e5g16kt", "kv4g0r128", "kvhf2",
                                   "kv4g128"])
 def test_kv_formula_matches_the_cache_module(spec):
-    """The planner's torch-free KV arithmetic equals evalsuite.kvcache's for the same config."""
+    """The planner's figures from a ModelShape equal evalsuite.kvcache's from a transformers config of the same
+    model (one formula, two ways to read the model's dimensions)."""
     from transformers import LlamaConfig
 
-    from evalsuite.kvcache.cache import kv_bytes_for_length
-    from evalsuite.kvcache.cache import kv_bytes_per_token as cache_bpt
+    from evalsuite.kvcache import kv_bytes_for_length
+    from evalsuite.kvcache import kv_bytes_per_token as cache_bpt
 
     cfg = load_config(CONFIGS / "smollm2-135m.json")
     hf = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})

@@ -87,7 +87,13 @@ def test_cli_refuses_before_starting(tmp_path: Path) -> None:
     assert not list((tmp_path / "runs").glob("*/servers"))
 
 
-def test_cli_missing_vllm(tmp_path: Path) -> None:
+def test_cli_missing_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No vLLM anywhere evalsuite looks (this Python has none; no ./.venv-vllm here): one line saying how to get
+    one; a --vllm-python that does not exist: one line naming it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("EVALSUITE_VLLM_PYTHON", raising=False)
+    code, out = _run(["--engine", "vllm", "--variants", "vkvf8", "--tasks", "reasoning", "--limit", "1"], tmp_path)
+    assert code == 2 and "no vLLM found" in out and "--vllm-python" in out and len(out.strip().splitlines()) == 1
     code, out = _run(["--engine", "vllm", "--variants", "vkvf8", "--tasks", "reasoning", "--limit", "1",
                       "--vllm-python", str(tmp_path / "nope" / "python")], tmp_path)
-    assert code == 2 and "make vllm" in out and len(out.strip().splitlines()) == 1
+    assert code == 2 and str(tmp_path / "nope" / "python") in out and len(out.strip().splitlines()) == 1

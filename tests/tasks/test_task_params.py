@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-import evalsuite
 from evalsuite.errors import EvalsuiteError
+from evalsuite.paths import TASK_CONFIG_ENV
 from evalsuite.tasks.base import GenSettings, Sample, Score, Task
 from evalsuite.tasks.params import load_task_params, tasks_dir
 
@@ -28,14 +28,38 @@ class Toy(Task):
 
 @pytest.fixture
 def root(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setattr(evalsuite, "PROJECT_ROOT", tmp_path)
+    """A working directory with a ./tasks folder (where files are read when --task-config is not given)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(TASK_CONFIG_ENV, raising=False)
     (tmp_path / "tasks").mkdir()
-    return tmp_path / "tasks"
+    return Path("tasks")
 
 
 def test_missing_default_file_means_no_overrides(root):
     assert tasks_dir() == root
     assert load_task_params("needle") == {}
+
+
+def test_no_tasks_folder_means_the_packaged_defaults(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(TASK_CONFIG_ENV, raising=False)
+    assert tasks_dir() is None and load_task_params("needle") == {}
+
+
+def test_task_config_folder_comes_before_dot_tasks(root, tmp_path, monkeypatch):
+    """--task-config DIR (what it sets: $EVALSUITE_TASK_CONFIG) is read instead of ./tasks; a named folder that
+    does not exist is a one-line error."""
+    (root / "reasoning.yaml").write_text("per_cell: 2\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "reasoning.yaml").write_text("per_cell: 3\n")
+    assert load_task_params("reasoning") == {"per_cell": 2}
+    monkeypatch.setenv(TASK_CONFIG_ENV, str(mine))
+    assert tasks_dir() == mine and load_task_params("reasoning") == {"per_cell": 3}
+    monkeypatch.setenv(TASK_CONFIG_ENV, str(tmp_path / "absent"))
+    with pytest.raises(EvalsuiteError, match="task parameter folder not found") as info:
+        load_task_params("reasoning")
+    assert "\n" not in str(info.value)
 
 
 def test_overrides_are_read_and_validated(root):

@@ -6,8 +6,13 @@ gets healthy is a one-line EvalsuiteError carrying its log's root cause (``failu
 stopped (SIGTERM to its process group, then SIGKILL) by ``stop``, at interpreter exit, and on SIGTERM/SIGHUP; Ctrl-C
 raises KeyboardInterrupt, whose unwinding reaches the same ``stop``.
 
-Which Python has vLLM: ``--vllm-python``, else ``$EVALSUITE_VLLM_PYTHON``, else the venv ``make vllm`` builds
-(``.venv-vllm`` in the project root, or ``$EVALSUITE_VLLM_VENV``).
+Which Python has vLLM (``vllm_python``): ``--vllm-python``, else ``$EVALSUITE_VLLM_PYTHON``, else this interpreter
+when it has vLLM, else ``./.venv-vllm/bin/python`` (what ``make vllm`` builds in a checkout). Nothing is looked up
+relative to where evalsuite is installed.
+
+Sleep mode (``served.vllm.memory``: servers that do not fit the GPU together run one at a time): a server started
+with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1`` (which exposes ``/sleep`` and ``/wake_up``) is put to
+sleep at level 1 (weights to host memory, KV cache dropped) and woken by ``sleep`` / ``wake``.
 """
 from __future__ import annotations
 
@@ -27,37 +32,65 @@ import requests
 
 from evalsuite.errors import EvalsuiteError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]  # evalsuite/served/vllm/server.py -> the checkout
-#: common flags of every server: exact log-probs over HTTP (``--max-logprobs -1``), bf16 compute
-ENGINE_FLAGS = ("--dtype", "bfloat16", "--max-logprobs", "-1", "--max-model-len", "4096")
-KV_SPACE_GIB = "2"  # VLLM_CPU_KVCACHE_SPACE unless set by the user
+#: common flags of every server: exact log-probs over HTTP (``--max-logprobs -1``), bf16 compute (each server's
+#: context, memory share and parallelism come from ``served.vllm.memory``)
+ENGINE_FLAGS = ("--dtype", "bfloat16", "--max-logprobs", "-1")
+KV_SPACE_GIB = 2  # VLLM_CPU_KVCACHE_SPACE at least, unless set by the user
+LOCAL_VENV = Path(".venv-vllm")  #: what ``make vllm`` builds, looked for in the working directory
 _LIVE: dict[int, "VllmServer"] = {}
 
 
 def vllm_python(explicit: str | None = None) -> str:
-    """The Python interpreter that has vLLM; a missing one is one line naming ``make vllm``."""
-    env_venv = os.environ.get("EVALSUITE_VLLM_VENV") or str(PROJECT_ROOT / ".venv-vllm")
-    path = explicit or os.environ.get("EVALSUITE_VLLM_PYTHON") or str(Path(env_venv) / "bin" / "python")
-    if not Path(path).is_file():
-        raise EvalsuiteError(f"no vLLM found (looked for {path}): run `make vllm`, or point --vllm-python / "
-                             f"EVALSUITE_VLLM_PYTHON at a Python that has vLLM")
-    return path
+    """The Python interpreter that has vLLM: ``explicit`` (``--vllm-python``), ``$EVALSUITE_VLLM_PYTHON``, this
+    interpreter when it has vLLM, ``./.venv-vllm/bin/python``; none of them is one line saying how to get one."""
+    import sys
+    from importlib.util import find_spec
+
+    chosen = explicit or os.environ.get("EVALSUITE_VLLM_PYTHON")
+    if chosen:
+        if not Path(chosen).is_file():
+            raise EvalsuiteError(f"no Python at {chosen} (--vllm-python / EVALSUITE_VLLM_PYTHON)")
+        return chosen
+    if find_spec("vllm") is not None:
+        return sys.executable
+    local = LOCAL_VENV / "bin" / "python"
+    if local.is_file():
+        return str(local.absolute())
+    raise EvalsuiteError("no vLLM found (not in --vllm-python, $EVALSUITE_VLLM_PYTHON, this Python, or "
+                         "./.venv-vllm): install vLLM (pip install vllm) and pass its python with --vllm-python, "
+                         "or run `make vllm` in an evalsuite checkout")
+
+
+def _ask(python: str, code: str, what: str) -> list[str]:
+    """The output lines of ``code`` run by ``python`` (180 s at most); a failure is one line naming ``what``."""
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=180)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EvalsuiteError(f"cannot run {python} for {what} ({exc}): give --vllm-python a Python that has "
+                             f"vLLM") from None
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise EvalsuiteError(f"{python} has no working {what} ({last[:160]}): give --vllm-python a Python that "
+                             f"has vLLM, or run `make vllm` in an evalsuite checkout")
+    return [ln for ln in out.stdout.splitlines() if ln.strip()]
+
+
+@functools.lru_cache(maxsize=None)
+def vllm_devices(python: str) -> tuple[tuple[int, int], ...]:
+    """(free, total) bytes of every GPU ``python``'s torch sees (empty without CUDA), asked once per interpreter
+    in a subprocess (this process holds no CUDA context)."""
+    code = ("import torch\nif torch.cuda.is_available():\n"
+            "    for i in range(torch.cuda.device_count()): print(*torch.cuda.mem_get_info(i))")
+    return tuple((int(a), int(b)) for a, b in (ln.split() for ln in _ask(python, code, "CUDA torch")))
 
 
 @functools.lru_cache(maxsize=None)
 def vllm_version(python: str) -> tuple[str, str]:
-    """(vLLM's version, its platform's device type: cpu, cuda ...) in ``python`` (one line naming ``make vllm``
-    when it has none). Asked once per interpreter and process: importing vLLM takes seconds."""
+    """(vLLM's version, its platform's device type: cpu, cuda ...) in ``python`` (one line when it has none).
+    Asked once per interpreter and process: importing vLLM takes seconds."""
     code = ("import vllm; from vllm.platforms import current_platform as p; "
             "print(vllm.__version__, p.device_type or 'unknown')")
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=180)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EvalsuiteError(f"cannot run {python} ({exc}): run `make vllm`") from None
-    if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EvalsuiteError(f"{python} has no working vLLM ({last[:160]}): run `make vllm`")
-    version, _, device = out.stdout.strip().splitlines()[-1].partition(" ")
+    version, _, device = (_ask(python, code, "vLLM") or [""])[-1].partition(" ")
     return version, device
 
 
@@ -86,7 +119,9 @@ def failure_line(path: Path) -> str:
 
 @dataclass
 class VllmServer:
-    """One vLLM OpenAI server process serving ``model`` with ``flags`` (beyond ``ENGINE_FLAGS``)."""
+    """One vLLM OpenAI server process serving ``model`` with the variant's ``flags``; ``sizing`` are the engine
+    flags of this run (context, memory share, parallelism, sleep mode, the user's ``--vllm-arg``s), placed between
+    ``ENGINE_FLAGS`` and the variant's own so that the variant's raw flags win."""
 
     python: str
     model: str
@@ -98,16 +133,24 @@ class VllmServer:
     proc: subprocess.Popen | None = None
     started_s: float | None = None  # seconds from spawn to healthy
     env: dict[str, str] = field(default_factory=dict)
+    sizing: Sequence[str] = ()
+    asleep: bool = False
+    switches: list[float] = field(default_factory=list)  # seconds of every sleep and wake-up
     _t0: float = 0.0
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    @property
+    def sleep_mode(self) -> bool:
+        return "--enable-sleep-mode" in self.sizing
+
     def command(self) -> list[str]:
         # the OpenAI api_server module, not `vllm serve`: vllm-cpu's CLI looks up package metadata named "vllm"
         return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model, "--host", "127.0.0.1",
-                "--port", str(self.port), "--served-model-name", self.served_name, *ENGINE_FLAGS, *self.flags]
+                "--port", str(self.port), "--served-model-name", self.served_name, *ENGINE_FLAGS, *self.sizing,
+                *self.flags]
 
     def start(self, timeout_s: float = 600.0) -> "VllmServer":
         """Spawn and wait until healthy; a server that exits or times out is a one-line EvalsuiteError."""
@@ -117,8 +160,8 @@ class VllmServer:
         """Start the process (not waiting): several servers then warm up side by side."""
         self.port = self.port or free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", KV_SPACE_GIB),
-               **self.env}
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(KV_SPACE_GIB)),
+               **self.env, **({"VLLM_SERVER_DEV_MODE": "1"} if self.sleep_mode else {})}
         t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -152,6 +195,27 @@ class VllmServer:
                 raise EvalsuiteError(f"vLLM server {self.name!r} not healthy after {timeout_s:.0f} s: "
                                      f"{failure_line(self.log_path)} (log: {self.log_path})")
             time.sleep(1.0)
+
+    def sleep(self) -> None:
+        """Level-1 sleep (weights to host memory, KV cache dropped): frees this server's GPU memory for another."""
+        self._switch("/sleep?level=1", True)
+
+    def wake(self) -> None:
+        """Wake a sleeping server (weights back on the GPU, a fresh KV cache)."""
+        self._switch("/wake_up", False)
+
+    def _switch(self, path: str, asleep: bool) -> None:
+        if self.asleep == asleep:
+            return
+        t0 = time.monotonic()
+        try:
+            r = requests.post(f"http://127.0.0.1:{self.port}{path}", timeout=600)
+            r.raise_for_status()
+        except requests.RequestException as exc:
+            raise EvalsuiteError(f"vLLM server {self.name!r}: {path} failed ({exc}); it runs with "
+                                 f"--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 (log: {self.log_path})") from None
+        self.asleep = asleep
+        self.switches.append(time.monotonic() - t0)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -188,8 +252,10 @@ class VllmServer:
 
     def facts(self) -> dict[str, Any]:
         """What the run stores about this server (to reproduce it)."""
-        return {"command": self.command()[1:], "model": self.model, "flags": list(ENGINE_FLAGS) + list(self.flags),
+        return {"command": self.command()[1:], "model": self.model,
+                "flags": [*ENGINE_FLAGS, *self.sizing, *self.flags],
                 "startup_s": round(self.started_s, 1) if self.started_s is not None else None,
+                "sleep_wake": {"count": len(self.switches), "seconds": round(sum(self.switches), 1)},
                 "log": str(self.log_path)}
 
 
