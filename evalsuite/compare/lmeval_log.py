@@ -124,6 +124,7 @@ def read_samples(file: Path, task: str, keep_fields: Sequence[str]) -> tuple[lis
     repeat (a sample of its own)."""
     by_doc: dict[str, list[LogSample]] = {}
     keys: dict[str, None] = {}
+    cache: dict[str, str] = {}  # repr of a request's settings -> their digest
     fields: set[str] = set()
     with open(file, encoding="utf-8") as fh:
         for i, line in enumerate(fh, 1):
@@ -134,7 +135,7 @@ def read_samples(file: Path, task: str, keep_fields: Sequence[str]) -> tuple[lis
                 sid = str(d["doc_id"])
             except (ValueError, KeyError, TypeError):
                 raise EvalsuiteError(f"{file}:{i}: not an lm-eval sample line (JSON with doc_id)") from None
-            line_sample = _sample(d, task, keep_fields)
+            line_sample = _sample(d, task, keep_fields, cache)
             keys.update(dict.fromkeys(line_sample.values))
             if not fields and isinstance(d.get("doc"), dict):
                 fields = set(d["doc"])
@@ -152,17 +153,22 @@ def _merge(group: list[LogSample], new: LogSample) -> None:
     group.append(new)
 
 
-def _sample(d: dict[str, Any], task: str, keep_fields: Sequence[str]) -> LogSample:
+def _sample(d: dict[str, Any], task: str, keep_fields: Sequence[str], cache: dict[str, str]) -> LogSample:
     requests = _requests(d.get("arguments"))
     contexts = [r[0] if r else "" for r in requests]
-    rest = {"requests": [r[1:] for r in requests], "target": d.get("target")}
+    rest = [r[1:] for r in requests]  # generation settings or continuations: mostly alike across a task's docs
+    seen = repr(rest)
+    if seen not in cache:
+        cache[seen] = digest(rest)
     output = _output(d.get("filtered_resps"), requests)
     flt = d.get("filter") or "none"
     names = d.get("metrics") or [k for k in d if k not in _NOT_METRICS]
     values = {f"{m},{flt}": (d[m], output) for m in names if m in d}
     doc = d.get("doc") if isinstance(d.get("doc"), dict) else {}
-    return LogSample(task, str(d["doc_id"]), str(contexts[0]) if contexts else "", digest(contexts), digest(rest),
-                     values, {k: doc[k] for k in keep_fields if k in doc})
+    prompt = contexts[0] if len(contexts) == 1 and isinstance(contexts[0], str) else contexts
+    return LogSample(task, str(d["doc_id"]), str(contexts[0]) if contexts else "", digest(prompt),
+                     digest(f"{cache[seen]}\x00{d.get('target')}"), values,
+                     {k: doc[k] for k in keep_fields if k in doc})
 
 
 def _requests(arguments: Any) -> list[list[Any]]:

@@ -3,7 +3,8 @@
 A metric whose values are all 0 or 1 (``exact_match``, ``acc``, ``pass@1``, inspect's C / I) is binary: flips
 and McNemar apply. One whose values lie in [0, 1] (F1, ROUGE, inspect's partial credit) is continuous. Any other
 metric (perplexity, BLEU on 0-100, a list) cannot be gated: one line naming it and how to choose another.
-Repeated generations of a document (inspect epochs, a document logged twice) are averaged into one score.
+Repeated generations of a document (inspect epochs, a document logged twice) are averaged into one score. Only the
+chosen metric is stored for a log (another one is gated by comparing again with ``--metric``).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalsuite.compare.evalsuite_run import SCORE
 from evalsuite.compare.source import EVALSUITE, LogRun, LogSample, digest
 from evalsuite.errors import EvalsuiteError
 
@@ -29,7 +31,7 @@ class MetricChoice:
     others: tuple[str, ...] = ()  # the task's other metric keys (for the report)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Scored:
     """One document of one side: its score (repeats averaged) and what pairing compares."""
 
@@ -41,7 +43,7 @@ class Scored:
     score: float
     metadata: dict[str, Any]
     repeats: int = 1
-    metrics: dict[str, float] = field(default_factory=dict)  # the other numeric metrics, averaged likewise
+    metrics: dict[str, Any] = field(default_factory=dict)  # an evalsuite run's secondary metrics (first sample)
 
 
 @dataclass
@@ -136,11 +138,15 @@ def _why_not_gateable(values: Sequence[Any]) -> str:
 
 
 def score_run(run: LogRun, choices: Mapping[str, MetricChoice], slice_keys: Sequence[str]) -> ScoredRun:
-    """One ``Scored`` per document: each numeric metric averaged over its samples (repeats, epochs); the chosen
-    one is the score, the others ride along as secondary metrics (a policy's ``metrics:`` can gate them)."""
+    """One ``Scored`` per document: the chosen metric averaged over its samples (repeats, epochs). An evalsuite
+    run's rows keep their secondary metrics; a log's other metrics are not stored (choose one with --metric)."""
     groups: dict[tuple[str, str], list[LogSample]] = {}
     for s in run.samples:
-        groups.setdefault((s.task, s.sample_id), []).append(s)
+        group = groups.get((s.task, s.sample_id))
+        if group is None:
+            groups[s.task, s.sample_id] = [s]
+        else:
+            group.append(s)
     out = ScoredRun(run)
     for (task, sid), group in groups.items():
         key = choices[task].key
@@ -148,26 +154,19 @@ def score_run(run: LogRun, choices: Mapping[str, MetricChoice], slice_keys: Sequ
         if not scored:
             out.unscored.setdefault(task, []).append(sid)
             continue
-        means = _means(scored)
-        hashes = sorted({s.prompt_hash for s in group})
-        requests = sorted({s.request_hash for s in group})
+        first = scored[0]
+        prompt, request = first.prompt_hash, first.request_hash
+        if len(group) > 1:
+            hashes, requests = sorted({s.prompt_hash for s in group}), sorted({s.request_hash for s in group})
+            prompt = hashes[0] if len(hashes) == 1 else digest(hashes)
+            request = requests[0] if len(requests) == 1 else digest(requests)
+            out.repeats[task] = max(out.repeats.get(task, 1), len(scored))
+        metrics = {k: v for k, (v, _) in first.values.items() if k not in (key, SCORE)} if run.fmt == EVALSUITE else {}
         out.docs.setdefault(task, {})[sid] = Scored(
-            sid, scored[0].prompt, hashes[0] if len(hashes) == 1 else digest(hashes),
-            requests[0] if len(requests) == 1 else digest(requests), scored[0].values[key][1], means.pop(key),
-            metadata(run, scored[0], slice_keys), len(scored), means)
-        out.repeats[task] = max(out.repeats.get(task, 1), len(scored))
+            sid, first.prompt, prompt, request, first.values[key][1],
+            sum(float(s.values[key][0]) for s in scored) / len(scored), metadata(run, first, slice_keys),
+            len(scored), metrics)
     return out
-
-
-def _means(group: Sequence[LogSample]) -> dict[str, float]:
-    """Per metric key: the mean of its numeric values over the samples of one document."""
-    sums: dict[str, list[float]] = {}
-    for s in group:
-        for k, (v, _) in s.values.items():
-            x = as_float(v)
-            if x is not None:
-                sums.setdefault(k, []).append(x)
-    return {k: sum(xs) / len(xs) for k, xs in sums.items()}
 
 
 def metadata(run: LogRun, s: LogSample, slice_keys: Sequence[str]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from evalsuite.core.records import KLDResult, VariantInfo
 LMEVAL, INSPECT, EVALSUITE = "lm-eval", "inspect_ai", "evalsuite"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class LogSample:
     """One logged generation of one document (a repeat or epoch is a sample of its own, same id)."""
 
