@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 LMEVAL_DIR = Path(__file__).parents[1] / "data" / "lmeval"
 KV = "kv2g32r16"
@@ -54,22 +55,32 @@ def write_lm_eval_log(base, spec: str, out: Path, tasks: list[str], include: Pat
 def lm_eval_logs(tiny_lm, tmp_path_factory) -> dict[str, Path]:
     """lm-eval output folders: the baseline (bf16) and a KV variant on arith_qa (generation) and arith_mc (choice);
     the KV variant on the first 4 documents only (--limit 4); the KV variant with a system instruction (other
-    prompts; 2 documents); the baseline on a rolling log-likelihood task (perplexities: not scores in [0, 1])."""
+    prompts) and with --gen_kwargs max_gen_toks=4 (same prompts, other requests), 2 documents each; the baseline
+    on a rolling log-likelihood task (perplexities: not scores in [0, 1]) and on a task logged under two filters."""
     root = tmp_path_factory.mktemp("lm_eval_logs")
-    ppl = root / "ppl_task"
-    ppl.mkdir()
-    (ppl / "arith_ppl.yaml").write_text(
-        "task: arith_ppl\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: "
-        f"{(LMEVAL_DIR / 'arith_qa.jsonl').resolve()}\ntest_split: test\noutput_type: loglikelihood_rolling\n"
-        "doc_to_text: ''\ndoc_to_target: '{{question}}'\nmetric_list:\n  - metric: word_perplexity\n"
-        "  - metric: bits_per_byte\nmetadata:\n  version: 1.0\n")
+    extra = root / "tasks"
+    extra.mkdir()
+    common = {"dataset_path": "json", "test_split": "test", "metadata": {"version": 1.0},
+              "dataset_kwargs": {"data_files": {"test": str((LMEVAL_DIR / "arith_qa.jsonl").resolve())}}}
+    (extra / "arith_ppl.yaml").write_text(yaml.safe_dump({
+        "task": "arith_ppl", **common, "output_type": "loglikelihood_rolling", "doc_to_text": "",
+        "doc_to_target": "{{question}}", "metric_list": [{"metric": "word_perplexity"}, {"metric": "bits_per_byte"}]}))
+    (extra / "arith_two.yaml").write_text(yaml.safe_dump({
+        "task": "arith_two", **common, "output_type": "generate_until",
+        "doc_to_text": "Question: {{question}}\nAnswer:", "doc_to_target": "{{answer}}", "generation_kwargs": {"until": ["\n"], "max_gen_toks": 8, "do_sample": False},
+        "filter_list": [{"name": "strip", "filter": [{"function": "remove_whitespace"}, {"function": "take_first"}]},
+                        {"name": "raw", "filter": [{"function": "take_first"}]}],
+        "metric_list": [{"metric": "exact_match"}]}))
     both = ["arith_qa", "arith_mc"]
     return {"base": write_lm_eval_log(tiny_lm, "bf16", root / "base", both),
             "kv": write_lm_eval_log(tiny_lm, KV, root / "kv", both),
             "kv_limit": write_lm_eval_log(tiny_lm, KV, root / "kv_limit", ["arith_qa"], limit=4),
             "kv_system": write_lm_eval_log(tiny_lm, KV, root / "kv_system", ["arith_qa"], limit=2,
                                            system_instruction="Answer with a number."),
-            "ppl": write_lm_eval_log(tiny_lm, "bf16", root / "ppl", ["arith_ppl"], include=ppl, limit=2)}
+            "kv_gen": write_lm_eval_log(tiny_lm, KV, root / "kv_gen", ["arith_qa"], limit=2,
+                                        gen_kwargs="max_gen_toks=4"),
+            "ppl": write_lm_eval_log(tiny_lm, "bf16", root / "ppl", ["arith_ppl"], include=extra, limit=2),
+            "two": write_lm_eval_log(tiny_lm, "bf16", root / "two", ["arith_two"], include=extra, limit=3)}
 
 
 @pytest.fixture

@@ -52,6 +52,7 @@ def test_pairs_every_document_with_the_scores_and_answers_lm_eval_logged(lm_eval
     assert stats["kv", "arith_mc"].binary and stats["kv", "arith_qa"].binary
     summary = (tmp_path / "reports" / "c" / "summary.md").read_text()
     assert "## Where the samples came from" in summary
+    assert "arith_qa: score = exact_match,strip" in (tmp_path / "reports" / "c" / "index.html").read_text()
     assert f"(exit {code})" in summary and "KLD method: not measured" in summary
 
 
@@ -84,7 +85,8 @@ def test_a_variant_with_other_prompts_is_refused_in_one_line_and_nothing_is_writ
 def test_metric_choice_and_metrics_that_cannot_be_gated(lm_eval_logs, cli):
     base, kv = f"bf16={lm_eval_logs['base']}", f"kv={lm_eval_logs['kv']}"
     code, out, _ = cli("compare", base, kv, "--metric", "arith_mc=acc", "--run-id", "m1", "--no-report")
-    assert code in (0, 1) and "arith_mc: score = acc,none (binary: flips and McNemar apply; chosen with --metric)" in out
+    assert code in (0, 1)
+    assert "arith_mc: score = acc,none (binary: flips and McNemar apply; chosen with --metric)" in out
     code, _, err = cli("compare", base, kv, "--metric", "arith_qa=f1", "--run-id", "m2")
     assert code == 2 and "task 'arith_qa': metric 'f1' is not logged; its metrics: exact_match,strip" in err
     ppl = lm_eval_logs["ppl"]
@@ -94,6 +96,26 @@ def test_metric_choice_and_metrics_that_cannot_be_gated(lm_eval_logs, cli):
             in err) and "choose one with --metric arith_ppl=NAME (no metric of this task is)" in err
     code, _, err = cli("compare", f"a={ppl}", f"b={ppl}", "--metric", "arith_ppl=bits_per_byte", "--run-id", "m4")
     assert code == 2 and "metric bits_per_byte,none is not a score in [0, 1]" in err and "choose another" in err
+
+
+def test_a_metric_logged_under_two_filters_is_named_with_its_filter(lm_eval_logs, cli):
+    two = lm_eval_logs["two"]
+    code, out, _ = cli("compare", f"a={two}", f"b={two}", "--run-id", "f1", "--no-report")
+    assert code in (0, 1) and "arith_two: score = exact_match,strip (binary" in out
+    assert "also logged: exact_match,raw" in out
+    code, _, err = cli("compare", f"a={two}", f"b={two}", "--metric", "arith_two=exact_match", "--run-id", "f2")
+    assert code == 2 and "metric 'exact_match' is logged under several filters (exact_match,strip, exact_match,raw)" \
+        in err
+    code, out, _ = cli("compare", f"a={two}", f"b={two}", "--metric", "arith_two=exact_match,raw", "--run-id", "f3",
+                       "--no-report")
+    assert code in (0, 1) and "arith_two: score = exact_match,raw" in out
+
+
+def test_the_same_prompts_with_other_generation_settings_are_refused(lm_eval_logs, cli, tmp_path):
+    code, _, err = cli("compare", f"bf16={lm_eval_logs['base']}", f"kv={lm_eval_logs['kv_gen']}", "--run-id", "g")
+    assert code == 2 and err.count("\n") == 1
+    assert "kv: task 'arith_qa' doc 0: same prompt, but its request differs from the baseline's" in err
+    assert not (tmp_path / "runs" / "g").exists()
 
 
 def test_logs_that_name_the_same_model_must_be_named(lm_eval_logs, cli):
