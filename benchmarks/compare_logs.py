@@ -88,6 +88,7 @@ def timed_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, int]:
 def stages(base: Path, var: Path, work: Path, metric: dict[str, str]) -> dict[str, tuple[float, float]]:
     """(wall, CPU) seconds of compare_logs, the gate and the report, in this process."""
     from evalsuite.compare.build import compare_logs
+    from evalsuite.core.bulk import gc_paused
     from evalsuite.core.store import Store
     from evalsuite.gate.store_gate import gate_store
     from evalsuite.report.build import report_model, write_report
@@ -103,10 +104,11 @@ def stages(base: Path, var: Path, work: Path, metric: dict[str, str]) -> dict[st
     run = compare_logs(f"base={base}", [f"variant={var}"], work / f"runs-{len(metric)}" / "r", metric).run_dir
     lap("read + pair + store")
     store = Store.open(run)
-    gated = gate_store(store)
-    lap("gate")
-    write_report(store, gated, work / f"reports-{len(metric)}", report_model(store, gated).to_dict())
-    lap("report")
+    with gc_paused():  # as `evalsuite compare` gates and reports
+        gated = gate_store(store)
+        lap("gate")
+        write_report(store, gated, work / f"reports-{len(metric)}", report_model(store, gated).to_dict())
+        lap("report")
     store.close()
     return out
 

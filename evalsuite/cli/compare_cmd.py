@@ -36,19 +36,21 @@ def compare(baseline: str, variants: tuple[str, ...], policy: Path | None, out: 
     from evalsuite.cli.finish import gate_and_report
     from evalsuite.compare.build import compare_logs
     from evalsuite.compare.scoring import parse_metrics
+    from evalsuite.core.bulk import gc_paused
     from evalsuite.core.store import Store
     from evalsuite.gate.policy import load_policy
 
     load_policy(policy)  # refused with the key path before any log is read
     keys = [k.strip() for item in slice_keys for k in item.split(",") if k.strip()]
     run_dir = (out or runs_root()) / (run_id or time.strftime("compare-%Y%m%d-%H%M%S"))
-    done = compare_logs(baseline, list(variants), run_dir, parse_metrics(metrics), keys)
-    set_run_dir(run_dir)
-    click.echo(f"compared run {run_dir.name}: stored in {run_dir / Store.FILENAME}")
-    for line in done.notes:
-        click.echo(f"  {line}")
-    store = Store.open(run_dir)
-    try:
-        return gate_and_report(store, policy, echo=click.echo, report=not no_report)
-    finally:
-        store.close()
+    with gc_paused():  # every row of the run is held at once (acyclic records): no collector passes over them
+        done = compare_logs(baseline, list(variants), run_dir, parse_metrics(metrics), keys)
+        set_run_dir(run_dir)
+        click.echo(f"compared run {run_dir.name}: stored in {run_dir / Store.FILENAME}")
+        for line in done.notes:
+            click.echo(f"  {line}")
+        store = Store.open(run_dir)
+        try:
+            return gate_and_report(store, policy, echo=click.echo, report=not no_report)
+        finally:
+            store.close()

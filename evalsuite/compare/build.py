@@ -16,6 +16,8 @@ from evalsuite.compare.pairing import Pairing, check_formats, ids_text, pair
 from evalsuite.compare.scoring import MetricChoice, ScoredRun, choose_metrics, score_run
 from evalsuite.compare.source import LogRun, split_named
 from evalsuite.compare.write import write_run
+from evalsuite.core.bulk import gc_paused
+from evalsuite.core.records import NOISE_SUFFIX
 from evalsuite.errors import EvalsuiteError
 
 MAX_LEVELS = 20  #: the gate slices a key by itself only up to this many values (``stats.compare``'s default)
@@ -49,23 +51,31 @@ def read_source(arg: str, baseline: bool, keep_fields: Sequence[str] = ()) -> li
 def compare_logs(baseline: str, variants: Sequence[str], run_dir: Path, metrics: Mapping[str, str] | None = None,
                  slice_keys: Sequence[str] = ()) -> Comparison:
     """Pair every variant's documents with the baseline's and store them as an evalsuite run in ``run_dir``."""
+    with gc_paused():  # hundreds of thousands of acyclic records, freed (by _compare's return) before it resumes
+        return _compare(baseline, variants, run_dir, metrics or {}, slice_keys)
+
+
+def _compare(baseline: str, variants: Sequence[str], run_dir: Path, metrics: Mapping[str, str],
+             slice_keys: Sequence[str]) -> Comparison:
     (base,) = read_source(baseline, True, slice_keys)
     runs = [base] + [r for arg in variants for r in read_source(arg, False, slice_keys)]
     _check_names(runs)
     check_formats(runs)
     _check_slice_keys(runs, slice_keys)
-    choices = choose_metrics(runs, metrics or {})
+    choices = choose_metrics(runs, metrics)
     scored = [score_run(r, choices, slice_keys) for r in runs]
     pairings = [pair(scored[0], s) for s in scored[1:]]
     notes = _notes(scored, choices, pairings, slice_keys)
-    details = _details(scored, choices, pairings, slice_keys)
-    write_run(run_dir, scored[0], scored[1:], notes, details)
+    write_run(run_dir, scored[0], scored[1:], notes, _details(scored, choices, pairings, slice_keys))
     return Comparison(run_dir, notes, pairings)
 
 
 def _check_names(runs: Sequence[LogRun]) -> None:
     seen: dict[str, LogRun] = {}
     for r in runs:
+        if r.name.endswith(NOISE_SUFFIX):
+            raise EvalsuiteError(f"{r.path}: the name {r.name!r} ends with {NOISE_SUFFIX!r}, which evalsuite keeps for "
+                                 "a baseline's rerun: name it with NAME=PATH")
         if r.name in seen:
             raise EvalsuiteError(f"{seen[r.name].path} and {r.path} are both named {r.name!r} (the model name in "
                                  "their logs): name them with NAME=PATH")

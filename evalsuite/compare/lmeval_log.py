@@ -136,10 +136,14 @@ def read_samples(file: Path, task: str, keep_fields: Sequence[str]) -> tuple[lis
             except (ValueError, KeyError, TypeError):
                 raise EvalsuiteError(f"{file}:{i}: not an lm-eval sample line (JSON with doc_id)") from None
             line_sample = _sample(d, task, keep_fields, cache)
-            keys.update(dict.fromkeys(line_sample.values))
-            if not fields and isinstance(d.get("doc"), dict):
-                fields = set(d["doc"])
-            _merge(by_doc.setdefault(sid, []), line_sample)
+            if not line_sample.values.keys() <= keys.keys():
+                keys.update(dict.fromkeys(line_sample.values))
+                fields |= set(d["doc"]) if isinstance(d.get("doc"), dict) else set()
+            group = by_doc.get(sid)
+            if group is None:
+                by_doc[sid] = [line_sample]
+            else:
+                _merge(group, line_sample)
     return [s for group in by_doc.values() for s in group], list(keys), fields
 
 
@@ -164,11 +168,11 @@ def _sample(d: dict[str, Any], task: str, keep_fields: Sequence[str], cache: dic
     flt = d.get("filter") or "none"
     names = d.get("metrics") or [k for k in d if k not in _NOT_METRICS]
     values = {f"{m},{flt}": (d[m], output) for m in names if m in d}
-    doc = d.get("doc") if isinstance(d.get("doc"), dict) else {}
+    doc = d.get("doc")
+    kept = {k: doc[k] for k in keep_fields if k in doc} if keep_fields and isinstance(doc, dict) else {}
     prompt = contexts[0] if len(contexts) == 1 and isinstance(contexts[0], str) else contexts
     return LogSample(task, str(d["doc_id"]), str(contexts[0]) if contexts else "", digest(prompt),
-                     digest(f"{cache[seen]}\x00{d.get('target')}"), values,
-                     {k: doc[k] for k in keep_fields if k in doc})
+                     digest(f"{cache[seen]}\x00{d.get('target')}"), values, kept)
 
 
 def _requests(arguments: Any) -> list[list[Any]]:

@@ -60,7 +60,7 @@ def parse_metrics(items: Sequence[str]) -> dict[str, str]:
     """``--metric TASK=NAME`` (or ``NAME`` for every task) -> {task (ALL_TASKS for every task): name}."""
     out: dict[str, str] = {}
     for item in items:
-        task, eq, name = item.rpartition("=") if "=" in item else ("", "", item)
+        task, eq, name = item.partition("=") if "=" in item else ("", "", item)
         if not name.strip() or (eq and not task.strip()):
             raise EvalsuiteError(f"bad --metric {item!r}: expected TASK=NAME (or NAME for every task)")
         out[task.strip()] = name.strip()
@@ -148,25 +148,37 @@ def score_run(run: LogRun, choices: Mapping[str, MetricChoice], slice_keys: Sequ
         else:
             group.append(s)
     out = ScoredRun(run)
+    keys = {task: c.key for task, c in choices.items()}
+    plain = run.fmt != EVALSUITE and not slice_keys  # no metadata, no secondary metrics
     for (task, sid), group in groups.items():
-        key = choices[task].key
-        scored = [s for s in group if key in s.values]
+        key = keys[task]
+        scored = group if len(group) == 1 and key in group[0].values else [s for s in group if key in s.values]
         if not scored:
             out.unscored.setdefault(task, []).append(sid)
             continue
         first = scored[0]
-        prompt, request = first.prompt_hash, first.request_hash
-        if len(group) > 1:
-            hashes, requests = sorted({s.prompt_hash for s in group}), sorted({s.request_hash for s in group})
-            prompt = hashes[0] if len(hashes) == 1 else digest(hashes)
-            request = requests[0] if len(requests) == 1 else digest(requests)
+        prompt, request = (first.prompt_hash, first.request_hash) if len(group) == 1 else _merged_hashes(group)
+        if len(scored) > 1:
             out.repeats[task] = max(out.repeats.get(task, 1), len(scored))
-        metrics = {k: v for k, (v, _) in first.values.items() if k not in (key, SCORE)} if run.fmt == EVALSUITE else {}
-        out.docs.setdefault(task, {})[sid] = Scored(
-            sid, first.prompt, prompt, request, first.values[key][1],
-            sum(float(s.values[key][0]) for s in scored) / len(scored), metadata(run, first, slice_keys),
-            len(scored), metrics)
+        docs = out.docs.get(task)
+        if docs is None:
+            docs = out.docs[task] = {}
+        docs[sid] = Scored(sid, first.prompt, prompt, request, first.values[key][1],
+                           sum(float(s.values[key][0]) for s in scored) / len(scored),
+                           {} if plain else metadata(run, first, slice_keys), len(scored),
+                           {} if plain else _secondary(run, first, key))
     return out
+
+
+def _merged_hashes(group: Sequence[LogSample]) -> tuple[str, str]:
+    """The prompt and request hashes of a document's repeats: one hash when they agree, else one of the set."""
+    hashes, requests = sorted({s.prompt_hash for s in group}), sorted({s.request_hash for s in group})
+    return (hashes[0] if len(hashes) == 1 else digest(hashes), requests[0] if len(requests) == 1 else digest(requests))
+
+
+def _secondary(run: LogRun, s: LogSample, key: str) -> dict[str, Any]:
+    """An evalsuite run's row keeps its other metrics (a log's are not stored)."""
+    return {k: v for k, (v, _) in s.values.items() if k not in (key, SCORE)} if run.fmt == EVALSUITE else {}
 
 
 def metadata(run: LogRun, s: LogSample, slice_keys: Sequence[str]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 from evalsuite.compare.scoring import ScoredRun
 from evalsuite.compare.source import digest
 from evalsuite.core.config import RunConfig
-from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.core.records import KLDResult, SampleResult, VariantInfo, is_right
 from evalsuite.core.store import Store
 from evalsuite.errors import EvalsuiteError
 
@@ -57,8 +57,9 @@ def _fill(store: Store, base: ScoredRun, variants: Sequence[ScoredRun], notes: l
                        dtype="as logged", task_versions=versions, baseline=base.run.name,
                        variant_order=[s.run.name for s in (base, *variants)],
                        kld_method="as the evalsuite run measured it" if kld else NO_KLD)
+    shown = flipped(base, variants)
     for side in (base, *variants):
-        store.put_samples(rows(side, versions, with_prompt=side is base))
+        store.put_samples(rows(side, versions, shown if side is base else set()))
         store.put_variant(info(side))
     for rows_kld in kld.values():
         store.put_kld(rows_kld)
@@ -66,13 +67,25 @@ def _fill(store: Store, base: ScoredRun, variants: Sequence[ScoredRun], notes: l
     store.update_state(notes=notes, finished=time.time())
 
 
-def rows(side: ScoredRun, versions: dict[str, str], with_prompt: bool) -> list[SampleResult]:
-    """One SampleResult per document (the prompt text on the baseline's rows only: the flipped-sample browser
-    reads it there, and the variants' prompts are the same by construction)."""
+def rows(side: ScoredRun, versions: dict[str, str], prompts: set[tuple[str, str]]) -> list[SampleResult]:
+    """One SampleResult per document; the prompt text only on the documents in ``prompts``."""
     name = side.run.name
     return [SampleResult(name, task, versions.get(task, ""), d.sample_id, d.prompt_hash, d.output, d.score,
-                         metadata=d.metadata, prompt=d.prompt if with_prompt else "", metrics=d.metrics)
+                         metadata=d.metadata, prompt=d.prompt if (task, d.sample_id) in prompts else "",
+                         metrics=d.metrics)
             for task, docs in side.docs.items() for d in docs.values()]
+
+
+def flipped(base: ScoredRun, variants: Sequence[ScoredRun]) -> set[tuple[str, str]]:
+    """(task, id) of the baseline's documents some variant flips (``core.records.is_right``): the only prompts the
+    report shows (its flipped-sample browser); the logs keep every prompt, the store does not repeat them all."""
+    out = set()
+    for task, docs in base.docs.items():
+        for v in variants:
+            other = v.docs.get(task, {})
+            out.update((task, sid) for sid, d in docs.items()
+                       if sid in other and is_right(d.score) != is_right(other[sid].score))
+    return out
 
 
 def _kld(side: ScoredRun) -> list[KLDResult]:

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import operator
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Iterable
 
 from evalsuite.errors import EvalsuiteError, StoreMismatch
+from evalsuite.core.bulk import gc_paused
 from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.core.state import STATE_VERSION, RunState, check_fields
 
@@ -28,6 +30,8 @@ _SAMPLE_COLS = ("variant", "task", "task_version", "sample_id", "prompt_hash", "
                 "extracted", "reason", "metadata", "n_tokens", "ttft_s", "itl_s", "metrics", "outputs", "token_ids",
                 "stop", "decode")
 _JSON_COLS = ("metadata", "metrics", "outputs", "token_ids")
+_GET_SAMPLE = operator.attrgetter(*_SAMPLE_COLS)  # a SampleResult's values in column order, in one call
+_JSON_AT = tuple(i for i, c in enumerate(_SAMPLE_COLS) if c in _JSON_COLS)
 #: columns added after schema 2 was first written (older stores get them, empty: their rows regenerate)
 _ADDED = {"samples": (("token_ids", "TEXT DEFAULT '[]'"), ("stop", "TEXT DEFAULT ''"), ("decode", "TEXT DEFAULT ''")),
           "kld": (("method", "TEXT DEFAULT ''"),)}
@@ -111,8 +115,13 @@ class Store:
     # -- samples ----------------------------------------------------------------------------------------
     def put_samples(self, results: Iterable[SampleResult]) -> None:
         """Commit a batch atomically; a sample already stored is a programming error (never stored twice)."""
-        rows = [tuple(_dumps(getattr(r, c)) if c in _JSON_COLS else getattr(r, c) for c in _SAMPLE_COLS)
-                + (time.time(),) for r in results]
+        rows = []
+        for r in results:
+            row = list(_GET_SAMPLE(r))
+            for i in _JSON_AT:
+                row[i] = _dumps(row[i])
+            row.append(time.time())
+            rows.append(row)
         with self.conn:
             self.conn.executemany(f"INSERT INTO samples ({','.join(_SAMPLE_COLS)}, created) VALUES "
                                   f"({','.join('?' * (len(_SAMPLE_COLS) + 1))})", rows)
@@ -128,14 +137,15 @@ class Store:
         if task is not None:
             sql, args = sql + " AND task=?", args + [task]
         out = []
-        for (variant_, task_, version, sid, prompt_hash, prompt, output, score, extracted, reason, metadata, n_tokens,
-             ttft_s, itl_s, metrics, outputs, token_ids, stop, decode) in self.conn.execute(
-                sql + " ORDER BY variant, task, sample_id", args):  # the columns in _SAMPLE_COLS order
-            out.append(SampleResult(
-                variant_, task_, version, sid, prompt_hash, output, score, extracted=extracted, reason=reason,
-                metadata=_loads(metadata), prompt=prompt, n_tokens=n_tokens, ttft_s=ttft_s, itl_s=itl_s,
-                metrics=_loads(metrics), outputs=tuple(_loads(outputs)), token_ids=tuple(_loads(token_ids) or ()),
-                stop=stop, decode=decode))
+        with gc_paused():
+            for (variant_, task_, version, sid, prompt_hash, prompt, output, score, extracted, reason, metadata,
+                 n_tokens, ttft_s, itl_s, metrics, outputs, token_ids, stop, decode) in self.conn.execute(
+                    sql + " ORDER BY variant, task, sample_id", args):  # the columns in _SAMPLE_COLS order
+                out.append(SampleResult(
+                    variant_, task_, version, sid, prompt_hash, output, score, extracted=extracted, reason=reason,
+                    metadata=_loads(metadata), prompt=prompt, n_tokens=n_tokens, ttft_s=ttft_s, itl_s=itl_s,
+                    metrics=_loads(metrics), outputs=tuple(_loads(outputs)),
+                    token_ids=tuple(_loads(token_ids) or ()), stop=stop, decode=decode))
         return out
 
     def variants_present(self) -> list[str]:
