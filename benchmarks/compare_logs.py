@@ -6,7 +6,8 @@ evaluator builds them: a ~300-character few-shot prompt, generation kwargs, the 
 the variant flipping a seeded ``--flip`` share of answers. Then times
 
 * ``evalsuite compare`` as a fresh process (imports, reading, pairing, the run store, the gate, the report), with the
-  binary metric (``exact_match``, the default) and with a continuous one (``--metric f1``: paired bootstrap);
+  binary metric (``exact_match``, the default) and with a continuous one (``--metric f1``: paired bootstrap), and
+  ``evalsuite gate`` re-gating the stored comparison;
 * the same stages in this process: reading + scoring + pairing + writing the store (``compare_logs``), the gate
   (``gate_store``), the report (``report_model`` + ``write_report``).
 
@@ -137,6 +138,8 @@ def main() -> None:
         for label, extra in (("exact_match (binary)", []), ("f1 (continuous)", ["--metric", f"{TASK}=f1"])):
             wall, cpu, code = timed_cli(["compare", str(base), str(var), "--run-id", f"r{len(extra)}", *extra], env)
             print(f"evalsuite compare, {label}: {wall:.2f} s wall, {cpu:.2f} s CPU (fresh process, exit {code})")
+        wall, cpu, code = timed_cli(["gate", str(work / "cli-runs" / "r0")], env)
+        print(f"evalsuite gate of that run (re-gate + report, no logs read): {wall:.2f} s wall, {cpu:.2f} s CPU")
         for label, metric in (("exact_match", {}), ("f1", {TASK: "f1"})):
             parts = stages(base, var, work, metric)
             print(f"  in-process, {label} (wall / CPU): " + ", ".join(f"{k} {w:.2f} / {c:.2f} s"

@@ -14,7 +14,7 @@ from evalsuite.compare.inspect_log import is_inspect, read_inspect
 from evalsuite.compare.lmeval_log import is_lmeval, read_lmeval
 from evalsuite.compare.pairing import Pairing, check_formats, ids_text, pair
 from evalsuite.compare.scoring import MetricChoice, ScoredRun, choose_metrics, score_run
-from evalsuite.compare.source import LogRun, split_named
+from evalsuite.compare.source import EVALSUITE, LogRun, split_named
 from evalsuite.compare.write import write_run
 from evalsuite.core.bulk import gc_paused
 from evalsuite.core.records import NOISE_SUFFIX
@@ -94,8 +94,8 @@ def _notes(scored: Sequence[ScoredRun], choices: Mapping[str, MetricChoice], pai
            slice_keys: Sequence[str]) -> list[str]:
     """What the report says about where the samples came from and how they were paired."""
     base = scored[0].run
-    out = [("baseline " if s is scored[0] else "") + f"{s.run.name}: {s.run.fmt} log {s.run.path} (model {s.run.model})"
-           for s in scored]
+    out = [("baseline " if s is scored[0] else "") + f"{s.run.name}: {s.run.fmt} "
+           f"{'run' if s.run.fmt == EVALSUITE else 'log'} {s.run.path} (model {s.run.model})" for s in scored]
     for task, c in choices.items():
         repeats = {s.run.name: s.repeats.get(task, 1) for s in scored if s.repeats.get(task, 1) > 1}
         kind = "binary: flips and McNemar apply" if c.binary and not repeats else "continuous checks"

@@ -152,3 +152,18 @@ def test_arguments_that_are_no_log_are_one_line(cli, tmp_path, make, message):
     bad = make(tmp_path / "nothing")
     code, _, err = cli("compare", str(bad), str(bad), "--run-id", "x")
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_slices_come_from_the_documents_fields(lm_eval_logs, cli, tmp_path):
+    base, kv = f"bf16={lm_eval_logs['base']}", f"kv={lm_eval_logs['kv']}"
+    code, _, _ = cli("compare", base, kv, "--slice-key", "label", "--run-id", "s", "--no-report")
+    store = Store.open(tmp_path / "runs" / "s")
+    stats = {(s.task, s.slice): s.n for s in gate_store(store).stats}
+    store.close()
+    labels = [d["doc"]["label"] for d in logged(lm_eval_logs["base"], "arith_mc").values()]
+    assert {k: n for k, n in stats.items() if k[0] == "arith_mc" and k[1] != "all"} == \
+        {("arith_mc", f"label={v}"): labels.count(v) for v in set(labels)}
+    code, _, err = cli("compare", base, kv, "--slice-key", "choices", "--run-id", "s2")
+    assert code == 2 and "--slice-key choices: task 'arith_" in err and "document 0 has a list there" in err
+    code, _, err = cli("compare", base, kv, "--slice-key", "lenght", "--run-id", "s3")
+    assert code == 2 and "--slice-key lenght: no document of any log has that field (fields: answer, choices" in err
