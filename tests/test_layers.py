@@ -19,7 +19,7 @@ LAYERS = {
     "gate": 3, "plan": 3, "run": 3,  # same layer: neither imports the other (rounds asks an injected decision)
     "report": 4,
     "engine": 5,
-    "served": 6, "scale": 6, "lmeval": 6, "sensitivity": 6,
+    "served": 6, "scale": 6, "lmeval": 6, "sensitivity": 6, "compare": 6,  # compare: logs in, a run store out
     "cli": 7,
 }
 
@@ -118,7 +118,9 @@ def test_no_import_goes_up_a_layer():
 @pytest.mark.parametrize("low, high", [("core", {"run", "engine", "served", "scale", "gate", "cli"}),
                                        ("gate", {"run", "engine", "served", "scale", "cli"}),
                                        ("stats", {"run", "engine", "served", "scale", "gate", "cli"}),
-                                       ("report", {"run", "engine", "served", "scale", "cli"})])
+                                       ("report", {"run", "engine", "served", "scale", "cli"}),
+                                       ("compare", {"models", "kvcache", "variants", "tasks", "run", "engine",
+                                                    "served", "scale", "lmeval", "sensitivity", "cli"})])
 def test_the_torch_free_core_and_the_gate_import_no_machinery(low, high):
     bad = sorted(f"{src} -> {dst}" for src, dsts in GRAPH.items() if top(src) == low for dst in dsts
                  if top(dst) in high)

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tasks": ("evalsuite.cli.tasks_cmd:tasks", "List the registered tasks (built-in and plugins)."),
     "run": ("evalsuite.cli.run_cmd:run", "Run baseline + variants on tasks, store every sample, gate."),
     "gate": ("evalsuite.cli.gate_cmd:gate", "Re-gate a stored run against a policy (no model needed)."),
+    "compare": ("evalsuite.cli.compare_cmd:compare", "Gate lm-eval / inspect_ai / evalsuite sample logs (no model)."),
     "baseline": ("evalsuite.cli.baseline_cmd:baseline", "Store a pinned baseline for a model and tasks."),
     "tenants": ("evalsuite.cli.tenants_cmd:tenants", "Pick the cheapest passing variant per tenant."),
     "report": ("evalsuite.cli.report_cmd:report", "Rebuild a run's HTML/Markdown/JSON/JUnit report."),

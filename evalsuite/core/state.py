@@ -54,6 +54,9 @@ class RunState:
     baseline_stored: dict[str, list[float]] = field(default_factory=dict)
     # the end (run.pipeline)
     finished: float | None = None
+    #: lines the report shows as they are (a run built by ``evalsuite compare``: where its samples came from and
+    #: how they were paired)
+    notes: list[str] = field(default_factory=list)
     #: keys this version does not know (a newer writer's, or a caller's own), kept as stored
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import operator
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Iterable
 
 from evalsuite.errors import EvalsuiteError, StoreMismatch
+from evalsuite.core.bulk import gc_paused
 from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.core.state import STATE_VERSION, RunState, check_fields
 
@@ -28,6 +30,8 @@ _SAMPLE_COLS = ("variant", "task", "task_version", "sample_id", "prompt_hash", "
                 "extracted", "reason", "metadata", "n_tokens", "ttft_s", "itl_s", "metrics", "outputs", "token_ids",
                 "stop", "decode")
 _JSON_COLS = ("metadata", "metrics", "outputs", "token_ids")
+_GET_SAMPLE = operator.attrgetter(*_SAMPLE_COLS)  # a SampleResult's values in column order, in one call
+_JSON_AT = tuple(i for i, c in enumerate(_SAMPLE_COLS) if c in _JSON_COLS)
 #: columns added after schema 2 was first written (older stores get them, empty: their rows regenerate)
 _ADDED = {"samples": (("token_ids", "TEXT DEFAULT '[]'"), ("stop", "TEXT DEFAULT ''"), ("decode", "TEXT DEFAULT ''")),
           "kld": (("method", "TEXT DEFAULT ''"),)}
@@ -111,8 +115,13 @@ class Store:
     # -- samples ----------------------------------------------------------------------------------------
     def put_samples(self, results: Iterable[SampleResult]) -> None:
         """Commit a batch atomically; a sample already stored is a programming error (never stored twice)."""
-        rows = [tuple(json.dumps(getattr(r, c)) if c in _JSON_COLS else getattr(r, c) for c in _SAMPLE_COLS)
-                + (time.time(),) for r in results]
+        rows = []
+        for r in results:
+            row = list(_GET_SAMPLE(r))
+            for i in _JSON_AT:
+                row[i] = _dumps(row[i])
+            row.append(time.time())
+            rows.append(row)
         with self.conn:
             self.conn.executemany(f"INSERT INTO samples ({','.join(_SAMPLE_COLS)}, created) VALUES "
                                   f"({','.join('?' * (len(_SAMPLE_COLS) + 1))})", rows)
@@ -128,12 +137,15 @@ class Store:
         if task is not None:
             sql, args = sql + " AND task=?", args + [task]
         out = []
-        for row in self.conn.execute(sql + " ORDER BY variant, task, sample_id", args):
-            d = dict(zip(_SAMPLE_COLS, row))
-            d.update({c: json.loads(d[c]) for c in _JSON_COLS})
-            d["outputs"] = tuple(d["outputs"])
-            d["token_ids"] = tuple(d["token_ids"] or ())
-            out.append(SampleResult(**d))
+        with gc_paused():
+            for (variant_, task_, version, sid, prompt_hash, prompt, output, score, extracted, reason, metadata,
+                 n_tokens, ttft_s, itl_s, metrics, outputs, token_ids, stop, decode) in self.conn.execute(
+                    sql + " ORDER BY variant, task, sample_id", args):  # the columns in _SAMPLE_COLS order
+                out.append(SampleResult(
+                    variant_, task_, version, sid, prompt_hash, output, score, extracted=extracted, reason=reason,
+                    metadata=_loads(metadata), prompt=prompt, n_tokens=n_tokens, ttft_s=ttft_s, itl_s=itl_s,
+                    metrics=_loads(metrics), outputs=tuple(_loads(outputs)),
+                    token_ids=tuple(_loads(token_ids) or ()), stop=stop, decode=decode))
         return out
 
     def variants_present(self) -> list[str]:
@@ -163,6 +175,23 @@ class Store:
         for v, m, n in self.conn.execute("SELECT variant, method, COUNT(*) FROM kld GROUP BY variant, method"):
             out.setdefault(v, {})[m or ""] = n
         return out
+
+
+def _dumps(value: Any) -> str:
+    """A JSON column's text; an empty dict / list / tuple (most rows' metrics, outputs, token ids) without the
+    encoder (100,000-row stores: ``benchmarks/compare_logs.py``)."""
+    if not value and type(value) in (dict, list, tuple):
+        return "{}" if type(value) is dict else "[]"
+    return json.dumps(value)
+
+
+def _loads(text: str) -> Any:
+    """A JSON column's value; the empty ``{}`` / ``[]`` without the parser."""
+    if text == "{}":
+        return {}
+    if text == "[]":
+        return []
+    return json.loads(text)
 
 
 def _variant_info(d: dict[str, Any]) -> VariantInfo:

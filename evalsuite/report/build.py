@@ -40,10 +40,10 @@ def report_model(store: Store, gated: GatedRun) -> ReportModel:
     base = store.samples(gated.baseline)
     flips: list[Flip] = []
     needle_rows = [r for r in base if r.task == "needle"]
+    rows = {v: store.samples(v) for v in gated.variants}
     for v in gated.variants:
-        rows = store.samples(v)
-        flips += _flips(base, rows)
-        needle_rows += [r for r in rows if r.task == "needle"]
+        flips += _flips(base, rows[v])
+        needle_rows += [r for r in rows[v] if r.task == "needle"]
     created = state.created if state.created is not None else time.time()
     return ReportModel(
         run_id=store.path.parent.name,
@@ -53,9 +53,9 @@ def report_model(store: Store, gated: GatedRun) -> ReportModel:
         stats=gated.stats, needle_grid=needle_grid(needle_rows), flips=flips[:MAX_FLIPS],
         tasks=dict(state.task_versions), noise_floor=gated.noise, policy=gated.policy.to_dict(),
         kld_method={"run": state.kld_method, "rows": store.kld_methods()},
-        verification=verification(store, gated.variants, state),
+        verification=verification(store, gated.variants, state, rows),
         seconds_per_pair=dict(state.seconds_per_pair) or None, baseline_cost=baseline_cost(state),
-        stopped={v: dict(t) for v, t in state.stopped.items() if t} or None)
+        stopped={v: dict(t) for v, t in state.stopped.items() if t} or None, notes=list(state.notes) or None)
 
 
 def baseline_cost(state: RunState) -> dict[str, dict[str, float]] | None:
@@ -70,13 +70,15 @@ def baseline_cost(state: RunState) -> dict[str, dict[str, float]] | None:
             for task, drawn in state.drawn.items()}
 
 
-def verification(store: Store, variants: list[str], state: RunState) -> dict[str, dict[str, int]]:
+def verification(store: Store, variants: list[str], state: RunState,
+                 rows: dict[str, list[SampleResult]] | None = None) -> dict[str, dict[str, int]]:
     """Per variant: how its answers were obtained (verified / diverged / regenerated / generated), the answer
-    positions verification checked and flagged as near-ties, and the audit's agreement (``run.verify``)."""
+    positions verification checked and flagged as near-ties, and the audit's agreement (``run.verify``). ``rows``:
+    each variant's stored samples when the caller read them already."""
     out: dict[str, dict[str, int]] = {}
     for v in variants:
         paths: dict[str, int] = {}
-        for r in store.samples(v):
+        for r in (rows or {}).get(v) or store.samples(v):
             key = (r.decode or "generated").split("@")[0]
             paths[key] = paths.get(key, 0) + 1
         tally = (state.verify or {}).get(v, {}).values()

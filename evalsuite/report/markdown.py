@@ -128,6 +128,7 @@ def render_markdown(report: dict[str, Any], max_reasons: int = 10) -> str:
         out += ["", f"{len(hidden)} more slice rows (n below the policy's min_samples, or one sample per slice) "
                     "are in results.json and index.html."]
     out += _kld_method_lines(r)
+    out += (["", "## Where the samples came from", ""] + [f"- {_cell(x)}" for x in r["notes"]]) if r["notes"] else []
     ver = verification_lines(r)
     out += ["", "Answers verified against the baseline's (docs/verification.md):"] + [f"- {_cell(x)}" for x in ver] \
         if ver else []

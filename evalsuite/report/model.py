@@ -16,7 +16,8 @@ Shape (``schema_version`` 2)::
      "seconds_per_pair": {"variant/task": seconds} (optional: a sequential run's measured cost of a pair),
      "baseline_cost": {task: {"drawn", "held", "seconds"}} (optional: the baseline's seconds per sample past the
                       ``held`` samples a stored baseline answers, ``report.build.baseline_cost``),
-     "stopped": {variant: {task: why it stopped drawing}} (optional: a sequential run's ``meta.stopped``)}
+     "stopped": {variant: {task: why it stopped drawing}} (optional: a sequential run's ``meta.stopped``),
+     "notes": [str] (optional: ``meta.notes``, e.g. how ``evalsuite compare`` paired logged samples)}
 
 ``score[i][j]`` is the mean score at ``depth[i]`` and ``context_len[j]`` (``None`` where no sample fell).
 Version 2 added ``stats[].metrics``, ``checks[].n``, ``checks[].more_needed`` and ``policy``; a version-1 dict
@@ -82,6 +83,8 @@ class ReportModel:
     baseline_cost: dict[str, dict[str, float]] | None = None
     #: {variant: {task: why that (variant, task) stopped drawing samples}}: a sequential run's ``meta.stopped``
     stopped: dict[str, dict[str, str]] | None = None
+    #: lines shown as they are (``meta.notes``: a compared run's sources, scores and pairing)
+    notes: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -93,7 +96,8 @@ class ReportModel:
             "stats": [s.to_dict() for s in self.stats], "checks": [c.to_dict() for c in self.gate.checks],
             "needle_grid": self.needle_grid, "flips": [f.to_dict() for f in self.flips], "tasks": dict(self.tasks),
             "policy": self.policy, "kld_method": self.kld_method, "verification": self.verification,
-            "seconds_per_pair": self.seconds_per_pair, "baseline_cost": self.baseline_cost, "stopped": self.stopped}
+            "seconds_per_pair": self.seconds_per_pair, "baseline_cost": self.baseline_cost, "stopped": self.stopped,
+            "notes": self.notes}
         if self.noise_floor is not None:
             d["noise_floor"] = [s.to_dict() for s in self.noise_floor]
         return d
@@ -112,7 +116,7 @@ def check_report(report: dict[str, Any]) -> dict[str, Any]:
     out = dict(report)
     for key, empty in (("needle_grid", {}), ("flips", []), ("tasks", {}), ("noise_floor", None), ("policy", None),
                        ("kld_method", None), ("verification", None), ("seconds_per_pair", None),
-                       ("baseline_cost", None), ("stopped", None)):
+                       ("baseline_cost", None), ("stopped", None), ("notes", None)):
         out.setdefault(key, empty)
     out["stats"] = [{"metrics": {}, **s} for s in out["stats"]]
     out["checks"] = [{"n": 0, "more_needed": None, **c} for c in out["checks"]]
