@@ -12,8 +12,8 @@ first decisive one; with a budget of 48 or 112 pairs per task it stops there, IN
 Every verdict is the code's: per look, each task's rows are built by ``stats.compare.compare`` from synthetic
 ``SampleResult`` lists holding those counts, and ``gate.verdict.evaluate_gate`` gates them with the shipped policy
 (the run's four tasks expected). Because the sequences depend on the counts only, rows, verdicts and the pure
-numerical functions of ``stats.sequential`` / ``stats.pooled`` (and Tango's interval in ``stats.compare``) are memoized on their arguments (same results,
-computed once). ``python benchmarks/gate_simulation_tasks.py --help``.
+numerical functions of ``stats.sequential`` / ``stats.pooled`` (and Tango's interval in ``stats.compare``) are
+memoized on their arguments (same results, computed once). ``python benchmarks/gate_simulation_tasks.py --help``.
 """
 from __future__ import annotations
 
@@ -312,7 +312,8 @@ def print_tables(results: list[dict], budgets: Sequence[int] = (48, 112, 240)) -
         print(f"| {sc.label} | {sc.churn:.2f} | " + " | ".join(cells) + " |")
 
 
-def simulate(reps: int, boundary_reps: int, churns: Sequence[float], seed: int = 0, averaged: bool = True) -> list[dict]:
+def simulate(reps: int, boundary_reps: int, churns: Sequence[float], seed: int = 0,
+             averaged: bool = True) -> list[dict]:
     """Every scenario under both modes on the same draws (and, ``averaged``, the e-average alternative)."""
     out = []
     for i, sc in enumerate(scenarios(churns)):

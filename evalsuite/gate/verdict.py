@@ -81,7 +81,8 @@ def _check(st: PairedStats, check: str, threshold: float, observed: float, verdi
                        f"{_label(st.task, st.slice)}: {reason} ({_n(st)}){tail}", ci, st.n, more, alpha=level)
 
 
-def _bounds(st: PairedStats, lv: CheckLevels, metric: str | None = None, fail_high: bool = True) -> tuple[float, float, str]:
+def _bounds(st: PairedStats, lv: CheckLevels, metric: str | None = None,
+            fail_high: bool = True) -> tuple[float, float, str]:
     """The decision interval of delta (or of a ``metric``'s difference): the confidence sequence, its PASS side at
     the policy's alpha and its FAIL side (the upper bound when ``fail_high``) at the check's level, from the row's
     counts (the bounds depend on the counts only). Rows built by hand without counts keep their stored sequence
@@ -212,7 +213,8 @@ def _missing(variant: str, task: str, slice_name: str, th: Thresholds, known: Se
                        f"{_label(task, slice_name)}: no samples{hint}")
 
 
-def variant_tasks(variant: str, stats: Sequence[PairedStats], policy: Policy, expected: Sequence[str] = ()) -> list[str]:
+def variant_tasks(variant: str, stats: Sequence[PairedStats], policy: Policy,
+                  expected: Sequence[str] = ()) -> list[str]:
     """The tasks a variant is gated on: those with a row in ``stats``, the run's ``expected`` ones and the policy's
     required ones. Its family (``gate.family``) is fixed by this list and the policy, not by which tasks have
     samples yet."""
