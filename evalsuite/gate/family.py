@@ -30,7 +30,8 @@ from evalsuite.gate.pooled import CHECK as POOLED_CHECK, POOLED as POOLED_TASK
 from evalsuite.stats.types import ALL
 
 POOLED_SHARE = 0.5  #: the pooled check's share of alpha when the variant has one
-#: a check's weight relative to the others of its rows (1 where not named): shares fixed before any data
+#: a check's weight against the other non-pooled checks, by check name (1 where not named; the simulation's sweep
+#: of weights sets it): the shares are fixed before any data
 RELATIVE: dict[str, float] = {}
 Key = tuple[str, str, str]  #: (task, slice, check)
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from evalsuite.gate.types import CheckResult, Verdict
 from evalsuite.stats import pooled
 from evalsuite.stats.compare import paired_values
