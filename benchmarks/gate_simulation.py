@@ -10,10 +10,11 @@ the real ``gate_run`` path and must agree. The *fixed-n design* decides once, at
 Tango's score test for max_drop and the Wilson bound for the flip rate, each one-sided at 5%. The *runner's
 schedule* (``--runner first,growth,cap``; default 16, +32, +64, +128 up to 240, the rounds' geometric draws) adds
 what ``Rounds`` does beyond stopping on a decision: it also stops, INCONCLUSIVE, a run none of whose open checks
-can decide within what the cap leaves (by ``more_needed``). ``--tasks`` adds several tasks per variant with every check and the pooled
-early FAIL (``gate_simulation_tasks.py``). Usage::
+can decide within what the cap leaves (by ``more_needed``). These are one check's own figures: the replay uses
+``false_fail: per_check`` (every check at alpha). Several tasks per variant, every check together, under both
+guarantees: ``gate_simulation_tasks.py``. Usage::
 
-    .venv/bin/python benchmarks/gate_simulation.py [--reps 1000] [--cap 1000] [--max-drop 0.05] [--tasks 48,112,240]
+    .venv/bin/python benchmarks/gate_simulation.py [--reps 1000] [--cap 1000] [--max-drop 0.05]
 """
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ def gate_replay(sc: Scenario, codes: np.ndarray, n: int, t: float) -> int:
 
     def recs(name: str, right: np.ndarray) -> list[SampleResult]:
         return [SampleResult(name, "task", "1", f"s{i}", f"h{i}", "", float(r)) for i, r in enumerate(right)]
-    policy = parse_policy({"defaults": {"max_drop": t}})
+    policy = parse_policy({"defaults": {"max_drop": t, "false_fail": "per_check"}})  # one check's own figures
     _, gate = gate_run(recs("bf16", base_right), {"q": recs("q", var_right)}, {}, policy, {"task"}, slice_keys=[])
     return {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}[gate.overall]
 
@@ -265,21 +266,14 @@ def main() -> None:
     ap.add_argument("--max-drop", type=float, nargs="+", default=[0.05])
     ap.add_argument("--check", type=int, default=5, help="runs per scenario replayed through gate_run")
     ap.add_argument("--runner", default="16,2,240", help="first round, growth, cap of the runner's schedule")
-    ap.add_argument("--tasks", default="48,112,240",
-                    help="several tasks per variant, all checks with the pooled FAIL: pairs per task the budget "
-                         "affords (comma-separated; empty: skip)")
     ap.add_argument("--prior", default="c", choices=["c", "c2", "uniform"],
                     help="prior of the betting mixture over c (shipped: proportional to c)")
-    ap.add_argument("--single", action=argparse.BooleanOptionalAction, default=True, help="the one-task tables")
     args = ap.parse_args()
     t0 = time.perf_counter()
-    from gate_simulation_tasks import print_adaptive, print_multi, set_prior
+    from gate_simulation_tasks import set_prior
 
     set_prior(args.prior)
-    if args.tasks:
-        print_multi(args.reps, [int(x) for x in args.tasks.split(",")])
-        print_adaptive(args.reps)
-    for t in args.max_drop if args.single else []:
+    for t in args.max_drop:
         rows = simulate(t, args.reps, args.cap, args.round, fixed_max=max(2000, args.cap))
         print_sequential(rows, t, args.round, args.cap)
         print_by_n(rows, t, [n for n in (10, 20, 30, 50, 100, 200, 500, 1000) if n <= args.cap])

@@ -1,147 +1,368 @@
-"""Several tasks per variant, every check together: per-task max_drop and max_flip_rate, the needle
-``context_len>=2048`` slice, and the pooled early FAIL (evalsuite.stats.pooled).
+"""Several tasks per variant, every check together, through the real gate: how often is a variant FAILed or
+PASSed wrongly, under ``false_fail: per_check`` (before) and ``family_alpha`` (the default, after)?
 
-Four binary tasks with the shipped tolerances (reasoning 0.10, code / json / needle 0.05; needle's long third
-0.10). A ``churn`` fraction of pairs flips both ways; a drop of ``f`` times a task's tolerance adds that many
-right->wrong flips. The variant's tasks are drawn in lockstep on the runner's growing rounds (16, +32, +64, ...
-up to ``pairs`` per task, what the budget affords) and re-gated at every look; the variant stops when decided
-(any check FAILs, or every per-task check PASSes), or, INCONCLUSIVE, when no open check could decide within
-what is left (the runner's out-of-reach rule, on ``more_needed``). Used by gate_simulation.py (``--tasks``).
+Four binary tasks with the shipped policy (reasoning 0.10, code / json / needle 0.05; needle's ``context_len>=2048``
+slice, a third of its samples, 0.10; ``max_flip_rate`` 0.2 on every row; the pooled check). Baseline accuracy 0.6;
+a ``churn`` fraction of pairs flips, half each way; a drop of f times a row's tolerance adds that many right->wrong
+flips (needle: f x 0.10 on its long third and f x 0.025 on the rest, so that the task as a whole is at f x 0.05
+and the slice at f x its own 0.10: "1.0x every tolerance" puts every gated row exactly on its limit). Each variant
+is gated at the runner's looks (16, 48, 112, 240 pairs per task, its tasks drawn in lockstep) and stops at the
+first decisive one; with a budget of 48 or 112 pairs per task it stops there, INCONCLUSIVE.
+
+Every verdict is the code's: per look, each task's rows are built by ``stats.compare.compare`` from synthetic
+``SampleResult`` lists holding those counts, and ``gate.verdict.evaluate_gate`` gates them with the shipped policy
+(the run's four tasks expected). Because the sequences depend on the counts only, rows, verdicts and the pure
+numerical functions of ``stats.sequential`` / ``stats.pooled`` (and Tango's interval in ``stats.compare``) are
+memoized on their arguments (same results, computed once). ``python benchmarks/gate_simulation_tasks.py --help``.
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
+from evalsuite.core.records import SampleResult
+from evalsuite.gate import family as fam
+from evalsuite.gate.policy import Policy, load_policy
+from evalsuite.gate.pooled import CHECK as POOLED_CHECK
+from evalsuite.gate.types import GateResult
+from evalsuite.gate.verdict import evaluate_gate
 from evalsuite.stats import pooled
 from evalsuite.stats import sequential as seq
+from evalsuite.stats import compare as compare_mod
+from evalsuite.stats.compare import compare
+from evalsuite.stats.types import PairedStats
 
 TOL = {"reasoning": 0.10, "code": 0.05, "json": 0.05, "needle": 0.05}
-SLICE_TOL, FLIP_LIMIT = 0.10, 0.2  # needle context_len>=2048 (every third needle sample), max_flip_rate
-DIFF_V, FLIP_V = np.array([0.0, 0.5, 1.0]), np.array([0.0, 1.0])
-MIN_SAMPLES, P_BASE = 10, 0.6
+SLICE_TOL, P_BASE, LOOKS = 0.10, 0.6, (16, 48, 112, 240)
+SLICE = "context_len>=2048"
+VERDICT = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
+MODES = ("per_check", "family_alpha")
 
 
 @dataclass(frozen=True)
 class Multi:
-    """Per-task drop in units of the task's tolerance (0: none) at a churn; ``kind``: which verdict is right."""
+    """Per-task drop in units of the task's tolerance (0: none) at a churn; ``kind``: "none" (a FAIL is wrong:
+    every row within its tolerance), "drop" (a PASS is wrong)."""
 
     label: str
     churn: float
     drops: tuple[float, ...]  # in TOL's order
-    kind: str  # "none" (FAIL is wrong), "drop" (PASS is wrong)
+    kind: str
 
 
-def scenarios() -> list[Multi]:
-    out = [Multi("no change", c, (0, 0, 0, 0), "none") for c in (0.01, 0.05, 0.10, 0.15)]
-    out += [Multi("every task 0.8x its tolerance", c, (0.8,) * 4, "none") for c in (0.01, 0.05, 0.10)]
-    out += [Multi("2x drop on code only", c, (0, 2, 0, 0), "drop") for c in (0.01, 0.05, 0.10)]
-    out += [Multi("2x drop on every task", c, (2,) * 4, "drop") for c in (0.01, 0.05, 0.10, 0.15)]
-    return out + [Multi("collapse (-0.5 on every task)", 0.0, (5, 10, 10, 10), "drop")]
-
-
-def looks_for(pairs: int, first: int = 16) -> np.ndarray:
-    """The runner's looks: ``first``, then rounds doubling (16, 48, 112, 240, ...) up to ``pairs``."""
-    out, step = [first], 2 * first
-    while out[-1] < pairs:
-        out.append(min(pairs, out[-1] + step))
-        step *= 2
-    return np.array(out)
-
-
-def draw(sc: Multi, reps: int, n: int, seed: int) -> list[np.ndarray]:
-    """Per task, (reps, n) outcome codes: 0 right->wrong, 1 unchanged, 2 wrong->right."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for f, t in zip(sc.drops, TOL.values()):
-        r2w, w2r = sc.churn / 2 + f * t, sc.churn / 2
-        out.append(rng.choice(3, size=(reps, n), p=[r2w, 1 - r2w - w2r, w2r]).astype(np.int8))
+def scenarios(churns: Sequence[float] = (0.01, 0.05, 0.10)) -> list[Multi]:
+    out: list[Multi] = []
+    for label, drops, kind in (("no change", (0, 0, 0, 0), "none"), ("0.9x every tolerance", (0.9,) * 4, "none"),
+                               ("1.0x every tolerance", (1.0,) * 4, "none"),
+                               ("2x drop on code only", (0, 2, 0, 0), "drop"),
+                               ("2x drop on every task", (2,) * 4, "drop")):
+        out += [Multi(label, c, drops, kind) for c in churns]
     return out
 
 
-def cum(codes: np.ndarray, looks: np.ndarray, every: int = 1, offset: int = 0) -> np.ndarray:
-    """(reps, looks, 3) counts at every look, over the samples i with i % every == offset."""
-    mask = (np.arange(codes.shape[1]) % every == offset)[None, :]
-    return np.stack([np.cumsum((codes == k) & mask, axis=1)[:, looks - 1] for k in range(3)], -1).astype(float)
+def _probs(churn: float, drop: float) -> list[float]:
+    """P of the outcome codes 0 right->wrong, 1 both right, 2 both wrong, 3 wrong->right (baseline right 0.6)."""
+    r2w, w2r = churn / 2 + drop, churn / 2
+    return [r2w, P_BASE - r2w, 1 - P_BASE - w2r, w2r]
 
 
-def _pass_fail(cnt: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
-    """One row's max_drop t and max_flip_rate checks: (both PASS, either FAILs)."""
-    flips = np.stack([cnt[..., 1], cnt[..., 0] + cnt[..., 2]], -1)
-    ok = seq.rejects(DIFF_V, cnt, (1 - t) / 2) & seq.rejects(FLIP_V, flips, FLIP_LIMIT, upper=True)
-    bad = seq.rejects(DIFF_V, cnt, (1 - t) / 2, upper=True) | seq.rejects(FLIP_V, flips, FLIP_LIMIT)
-    return ok, bad
+def draw(sc: Multi, reps: int, n: int, seed: int) -> dict[str, np.ndarray]:
+    """Per task, (reps, n) outcome codes; needle's sample i is in the >=2048 slice when i % 3 == 2."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for (task, t), f in zip(TOL.items(), sc.drops):
+        if task != "needle":
+            out[task] = rng.choice(4, size=(reps, n), p=_probs(sc.churn, f * t)).astype(np.int8)
+            continue
+        long = np.arange(n) % 3 == 2
+        rest = f * (3 * t - SLICE_TOL) / 2
+        codes = rng.choice(4, size=(reps, n), p=_probs(sc.churn, rest)).astype(np.int8)
+        codes[:, long] = rng.choice(4, size=(reps, int(long.sum())), p=_probs(sc.churn, f * SLICE_TOL))
+        out[task] = codes
+    return out
 
 
-def checks(codes: list[np.ndarray], looks: np.ndarray, use_pooled: bool = True) -> dict[str, np.ndarray]:
-    """(reps, looks) booleans: variant PASS, variant FAIL, pooled FAIL, and the per-row counts for estimates."""
-    rows = [(cum(c, looks), t) for c, t in zip(codes, TOL.values())]
-    rows.append((cum(codes[3], looks, 3, 2), SLICE_TOL))
-    passed, failed = np.ones(rows[0][0].shape[:2], bool), np.zeros(rows[0][0].shape[:2], bool)
-    for cnt, t in rows:
-        ok, bad = _pass_fail(cnt, t)
-        few = cnt.sum(-1) < MIN_SAMPLES  # the gate's min_samples: only an INCONCLUSIVE check below it
-        passed &= ok & ~few
-        failed |= bad & ~few
-    pool = pooled.rejects([(DIFF_V, cnt, t) for cnt, t in rows[:4]]) if use_pooled else np.zeros_like(failed)
-    return {"pass": passed & ~failed & ~pool, "fail": failed | pool, "pooled": pool & ~failed, "rows": rows}
+def _count(codes: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(x) for x in np.bincount(codes, minlength=4))
 
 
-@lru_cache(maxsize=None)
-def _need(r2w: int, same: int, w2r: int, t: float) -> int:
-    """Pairs after which this row's quickest open check would decide (0: decided)."""
-    drop = seq.more_needed(DIFF_V, np.array([r2w, same, w2r], float), (1 - t) / 2)
-    flip = seq.more_needed(FLIP_V, np.array([same, r2w + w2r], float), FLIP_LIMIT)
-    return min([x for x in (drop, flip) if x > 0] or [0])
+def look_key(codes: dict[str, np.ndarray], r: int, n: int | Sequence[int]) -> tuple:
+    """The counts that determine every row at this look (``n`` pairs of every task, or per task): per task, (its
+    counts[, needle: the slice's apart])."""
+    out = []
+    for k, (task, c) in enumerate(codes.items()):
+        m = n if isinstance(n, int) else int(n[k])
+        x = c[r, :m]
+        out.append((_count(x[np.arange(m) % 3 != 2]), _count(x[np.arange(m) % 3 == 2])) if task == "needle"
+                   else (_count(x), ()))
+    return tuple(out)
 
 
-@lru_cache(maxsize=None)
-def _pooled_need(key: tuple[tuple[int, int, int], ...]) -> int:
-    return pooled.more_needed([(DIFF_V, np.array(c, float), t) for c, t in zip(key, TOL.values())])
+def _records(task: str, counts: tuple[int, ...], start: int, long: bool) -> tuple[list, list]:
+    base, var = [], []
+    i = start
+    for code, k in enumerate(counts):
+        for _ in range(k):
+            meta = {"context_len": 2048 if long else 512} if task == "needle" else {}
+            for out, name, right in ((base, "bf16", code in (0, 1)), (var, "q", code in (1, 3))):
+                out.append(SampleResult(name, task, "1", f"{task}-{i}", f"h{i}", "", float(right), metadata=meta))
+            i += 1
+    return base, var
 
 
-def reachable(res: dict, r: int, j: int, left: int, use_pooled: bool) -> bool:
-    """Whether some open check of run ``r`` at look ``j`` could decide within ``left`` more pairs per task."""
-    rows = res["rows"]
-    for k, (cnt, t) in enumerate(rows):
-        a, b, c = (int(x) for x in cnt[r, j])
-        scale = 3 if k == 4 else 1  # the slice holds a third of needle's samples
-        if 0 < _need(a, b, c, t) * scale <= left:
-            return True
-    if not use_pooled:
-        return False
-    key = tuple(tuple(int(x) for x in cnt[r, j]) for cnt, _ in rows[:4])
-    return 0 < _pooled_need(key) <= 4 * left
+@functools.lru_cache(maxsize=None)
+def task_rows(task: str, counts: tuple[int, ...], slice_counts: tuple[int, ...]) -> tuple:
+    """The task's PairedStats rows as ``compare`` builds them from records with these counts (the shipped
+    policy's selector slices; both modes have the same)."""
+    b1, v1 = _records(task, counts, 0, False)
+    b2, v2 = _records(task, slice_counts, sum(counts), True)
+    filters = policy_for("family_alpha").filters()
+    return tuple(compare(b1 + b2, v1 + v2, (), [], set(TOL), filters=filters, variant_name="q"))
 
 
-def run(sc: Multi, reps: int, pairs: int, seed: int, use_pooled: bool = True) -> dict:
-    """Sequential verdicts (0 PASS, 1 INC, 2 FAIL), pairs per task used, per-look PASS / FAIL rates."""
-    looks = looks_for(pairs)
-    codes = draw(sc, reps, int(looks[-1]), seed)
-    res = checks(codes, looks, use_pooled)
-    verdict, used = np.ones(reps, np.int8), np.full(reps, looks[-1])
-    live = np.ones(reps, bool)
-    for j, n in enumerate(looks):
-        done = live & (res["pass"][:, j] | res["fail"][:, j])
-        verdict[done], used[done] = np.where(res["fail"][done, j], 2, 0), n
-        live &= ~done
-        if j + 1 < len(looks):
-            for r in np.nonzero(live)[0]:
-                if not reachable(res, int(r), j, int(looks[-1] - n), use_pooled):
-                    live[r], used[r] = False, n
-    early_pool = np.array([res["pooled"][r, :].any() and verdict[r] == 2 for r in range(reps)])
-    return {"sc": sc, "verdict": verdict, "used": used, "looks": looks, "look_pass": res["pass"].mean(0),
-            "codes": codes,
-            "look_fail": res["fail"].mean(0), "by_pooled": float(early_pool.mean())}
+@functools.lru_cache(maxsize=200_000)
+def gate_at(key: tuple, mode: str, alpha: float = 0.05) -> GateResult:
+    """The real gate, under ``false_fail: mode`` at ``alpha``, on the rows of every task at one look (``key``:
+    ``look_key``)."""
+    rows: list[PairedStats] = []
+    for task, (counts, slice_counts) in zip(TOL, key):
+        rows += task_rows(task, counts, slice_counts)
+    return evaluate_gate(rows, policy_for(mode, alpha), ["q"], list(TOL))
 
 
-def _worst(a: dict) -> str:
-    """The largest rate of the wrong verdict when gated once at any single look (no stopping)."""
-    if a["sc"].kind == "none":
-        return f"FAIL {100 * a['look_fail'].max():.1f}%"
-    return f"PASS {100 * a['look_pass'].max():.1f}%"
+def _arrays_key(*xs: object) -> tuple:
+    return tuple(np.asarray(x, dtype=float).tobytes() if isinstance(x, np.ndarray) else x for x in xs)
+
+
+def memoize_numerics() -> None:
+    """Memoize the pure numerical functions the gate calls on counts (identical results, computed once)."""
+    def wrap(mod: object, name: str, key: Callable[..., tuple]) -> None:
+        f = getattr(mod, name)
+        f = getattr(f, "__wrapped_original__", f)
+        cache: dict = {}
+
+        @functools.wraps(f)
+        def g(*args, **kwargs):  # type: ignore[no-untyped-def]
+            k = key(*args, **kwargs)
+            if k not in cache:
+                cache[k] = f(*args, **kwargs)
+            return cache[k]
+        g.__wrapped_original__ = f  # type: ignore[attr-defined]
+        setattr(mod, name, g)
+
+    def parts_key(parts, *rest, **kw):  # type: ignore[no-untyped-def]
+        return (tuple(_arrays_key(v, w, t) for v, w, t in parts), rest, tuple(sorted(kw.items())))
+
+    wrap(seq, "lower_bound", lambda v, w, *a, **kw: (_arrays_key(v, w), a, tuple(sorted(kw.items()))))
+    wrap(seq, "more_needed", lambda v, w, *a, **kw: (_arrays_key(v, w), a, tuple(sorted(kw.items()))))
+    wrap(pooled, "upper_bound", parts_key)
+    wrap(pooled, "more_needed", parts_key)
+    wrap(compare_mod, "tango_ci", lambda *a, **kw: (a, tuple(sorted(kw.items()))))
+
+
+def forget() -> None:
+    """Drop every memoized result (after the betting prior or the pooled share changed)."""
+    task_rows.cache_clear()
+    gate_at.cache_clear()
+    memoize_numerics()
+
+
+@functools.lru_cache(maxsize=None)
+def policy_for(mode: str, alpha: float = 0.05) -> Policy:
+    """The shipped policy with ``false_fail: mode`` (and ``alpha``)."""
+    return dataclasses.replace(load_policy(), false_fail=mode, alpha=alpha)
+
+
+def run(sc: Multi, reps: int, mode: str, seed: int, looks: Sequence[int] = LOOKS, alpha: float = 0.05) -> dict:
+    """Per replication: the first decisive look's index (len(looks): none) and its verdict, and whether the pooled
+    check / a per-task check had FAILed there."""
+    codes = draw(sc, reps, looks[-1], seed)
+    first = np.full(reps, len(looks))
+    verdict = np.ones(reps, dtype=np.int8)
+    by_pooled, by_task = np.zeros(reps, bool), np.zeros(reps, bool)
+    for r in range(reps):
+        for j, n in enumerate(looks):
+            g = gate_at(look_key(codes, r, n), mode, alpha)
+            if g.overall != "INCONCLUSIVE":
+                first[r], verdict[r] = j, VERDICT[g.overall]
+                fails = [c for c in g.checks if c.verdict == "FAIL"]
+                by_pooled[r] = any(c.check == POOLED_CHECK for c in fails)
+                by_task[r] = any(c.check != POOLED_CHECK for c in fails)
+                break
+    return {"sc": sc, "mode": mode, "first": first, "verdict": verdict, "by_pooled": by_pooled,
+            "by_task": by_task, "looks": tuple(looks), "codes": codes}
+
+
+def adaptive(sc: Multi, reps: int, mode: str, seed: int, total: int = 4 * 240, step: int = 16) -> dict:
+    """The runner's later rounds draw where a FAIL looks nearest (``Rounds.quickest_first``); made adversarial here:
+    after 16 pairs per task, every draw of ``step`` goes to the task whose observed margin (Δ + tolerance) is lowest,
+    re-gated after every draw (the real gate), no stop on a PASS, to ``total`` pairs in all. The choice depends on
+    the pairs seen (predictable), so the guarantee must hold. FAIL rate and the most-drawn task's mean pairs."""
+    codes = draw(sc, reps, total, seed)
+    failed, most = np.zeros(reps, bool), np.zeros(reps)
+    for r in range(reps):
+        taken = np.full(len(TOL), 16)
+        while True:
+            key = look_key(codes, r, taken)
+            if gate_at(key, mode).overall == "FAIL":
+                failed[r] = True
+                break
+            if taken.sum() + step > total:
+                break
+            margin = []
+            for (c0, c1), n, t in zip(key, taken, TOL.values()):
+                c = np.add(c0, c1) if c1 else np.array(c0)
+                margin.append((c[3] - c[0]) / n + t)  # observed Δ + tolerance
+            taken[int(np.argmin(margin))] += step
+        most[r] = taken.max()
+    return {"sc": sc, "mode": mode, "false_fail": float(failed.mean()), "hits": failed, "most_drawn": most.mean()}
+
+
+DIFF_V, FLIP_V = np.array([0.0, 0.5, 1.0]), np.array([0.0, 1.0])
+
+
+@functools.lru_cache(maxsize=200_000)
+def averaged_fails(key: tuple) -> bool:
+    """The alternative not shipped: FAIL when the family's weighted average of e-values reaches 1 / alpha
+    (Vovk & Wang's e-merging; valid for "the variant is within every tolerance", but it names no check and prices
+    none). Each check's e-value is the capital ``stats.sequential.log_capital`` (``stats.pooled.log_capital`` for
+    the pooled check) at its threshold; a row below min_samples bets nothing yet (as the gate)."""
+    policy = policy_for("family_alpha")
+    weights = {k: v / policy.alpha for k, v in fam.family(policy, list(TOL)).levels.items()}
+    total, parts = 0.0, []
+    for (task, t), (counts, slice_counts) in zip(TOL.items(), key):
+        rows = [("all", counts, slice_counts, t)] + ([(SLICE, slice_counts, (), SLICE_TOL)] if task == "needle" else [])
+        for name, c, extra, tol in rows:
+            cnt = np.array(c) + (np.array(extra) if extra else 0)
+            r2w, same, w2r = float(cnt[0]), float(cnt[1] + cnt[2]), float(cnt[3])
+            if r2w + same + w2r < policy.defaults.min_samples:
+                total += weights[(task, name, "max_drop")] + weights[(task, name, "max_flip_rate")]
+                continue
+            total += weights[(task, name, "max_drop")] * math.exp(
+                float(seq.log_capital(DIFF_V, np.array([r2w, same, w2r]), (1 - tol) / 2, upper=True)))
+            total += weights[(task, name, "max_flip_rate")] * math.exp(float(seq.log_capital(
+                FLIP_V, np.array([same, r2w + w2r]), policy.defaults.max_flip_rate or 1.0)))
+            if name == "all":
+                parts.append((DIFF_V, np.array([r2w, same, w2r]), t))
+    pool = math.exp(float(pooled.log_capital(parts, 0.0))) if len(parts) > 1 else 1.0
+    return total + weights[("*", "all", POOLED_CHECK)] * pool >= 1.0 / policy.alpha
+
+
+def run_averaged(res: dict) -> dict:
+    """``run``'s replications (family_alpha) re-decided by ``averaged_fails`` (PASS as the gate: every check)."""
+    looks, reps = res["looks"], len(res["first"])
+    first, verdict = np.full(reps, len(looks)), np.ones(reps, dtype=np.int8)
+    for r in range(reps):
+        for j, n in enumerate(looks):
+            key = look_key(res["codes"], r, n)
+            v = 2 if averaged_fails(key) else 0 if gate_at(key, "family_alpha").overall == "PASS" else 1
+            if v != 1:
+                first[r], verdict[r] = j, v
+                break
+    return {**res, "mode": "e-average", "first": first, "verdict": verdict}
+
+
+def at_budget(res: dict, pairs: int) -> np.ndarray:
+    """Verdicts (0 / 1 / 2) when the budget affords ``pairs`` per task: INCONCLUSIVE unless decided by then."""
+    last = max(j for j, n in enumerate(res["looks"]) if n <= pairs)
+    return np.where(res["first"] <= last, res["verdict"], 1)
+
+
+def rate(hits: np.ndarray) -> str:
+    """A rate in % with its Monte Carlo error (1.96 standard errors; for 0, the one-sided 95% bound 3/n)."""
+    n, p = hits.size, float(np.mean(hits))
+    if p == 0:
+        return f"0.0 (≤ {100 * 3 / n:.1f})"
+    return f"{100 * p:.1f} ± {100 * 1.96 * math.sqrt(p * (1 - p) / n):.1f}"
+
+
+def pif(v: np.ndarray) -> str:
+    return " / ".join(f"{100 * float(np.mean(v == k)):.1f}" for k in range(3))
+
+
+def print_tables(results: list[dict], budgets: Sequence[int] = (48, 112, 240)) -> None:
+    """Wrong-verdict rates with their Monte Carlo error, then PASS / INC / FAIL at each budget, per mode."""
+    by = {(r["sc"], r["mode"]): r for r in results}
+    cases = list(dict.fromkeys(r["sc"] for r in results))
+    modes = list(dict.fromkeys(r["mode"] for r in results))
+    print("\nWrong verdict within 240 pairs per task, % (± 1.96 s.e.); FAIL via the pooled check (%)")
+    print(f"| scenario | churn | wrong verdict | reps | {' | '.join(modes)} | FAIL via pooled: "
+          f"{' / '.join(m for m in modes if m in MODES)} |")
+    print("|---|---|---|---|" + "---|" * (len(modes) + 1))
+    for sc in cases:
+        wrong = 2 if sc.kind == "none" else 0
+        cells = [rate(at_budget(by[(sc, m)], LOOKS[-1]) == wrong) for m in modes]
+        via = [f"{100 * float(np.mean(by[(sc, m)]['by_pooled'] & (at_budget(by[(sc, m)], LOOKS[-1]) == 2))):.1f}"
+               for m in modes if m in MODES]
+        print(f"| {sc.label} | {sc.churn:.2f} | {'FAIL' if wrong else 'PASS'} | {len(by[(sc, modes[0])]['first'])} | "
+              + " | ".join(cells) + f" | {' / '.join(via)} |")
+    print("\nPASS / INC / FAIL (%) by pairs per task the budget affords")
+    head = " | ".join(f"{m} @{p}" for m in modes for p in budgets)
+    print(f"| scenario | churn | {head} |")
+    print("|---|---|" + "---|" * (len(modes) * len(budgets)))
+    for sc in cases:
+        cells = [pif(at_budget(by[(sc, m)], p)) for m in modes for p in budgets]
+        print(f"| {sc.label} | {sc.churn:.2f} | " + " | ".join(cells) + " |")
+
+
+def simulate(reps: int, boundary_reps: int, churns: Sequence[float], seed: int = 0,
+             averaged: bool = True) -> list[dict]:
+    """Every scenario under both modes on the same draws (and, ``averaged``, the e-average alternative)."""
+    out = []
+    for i, sc in enumerate(scenarios(churns)):
+        n = boundary_reps if sc.label.startswith("1.0x") else reps
+        for mode in MODES:
+            t0 = time.perf_counter()
+            out.append(run(sc, n, mode, seed + i))
+            print(f"  {sc.label}, churn {sc.churn:.2f}, {mode}: {time.perf_counter() - t0:.0f} s", flush=True)
+        if averaged:
+            out.append(run_averaged(out[-1]))
+    return out
+
+
+def print_adaptive(reps: int, churns: Sequence[float], seed: int = 200) -> None:
+    """False FAIL under the adversarial allocation where every row is exactly at its tolerance, both modes."""
+    print("\n| scenario | churn | reps | per_check | family_alpha | pairs of the most-drawn task |")
+    print("|---|---|---|---|---|---|")
+    for i, sc in enumerate(s for s in scenarios(churns) if s.label.startswith("1.0x")):
+        a, b = (adaptive(sc, reps, mode, seed + i) for mode in MODES)
+        print(f"| {sc.label} | {sc.churn:.2f} | {reps} | {rate(a['hits'])} | {rate(b['hits'])} | "
+              f"{b['most_drawn']:.0f} |", flush=True)
+
+
+def share_sweep(configs: Sequence[tuple[float, float]], reps: int, churns: Sequence[float], seed: int = 100) -> None:
+    """Weights of the family (the pooled check's share of alpha, each flip-rate check's weight against a max_drop
+    check's) against the power they buy (2x drop everywhere, on code only; 30% churn with no change in accuracy,
+    which only max_flip_rate can FAIL) and the boundary's false FAIL (family_alpha, the same draws per config)."""
+    print("\n| pooled share | flip weight | 1.0x every tolerance: FAIL @240 | 2x on code only: FAIL @112 / @240 | "
+          "2x everywhere: FAIL @48 / @112 | 30% churn: FAIL @48 / @112 |")
+    print("|---|---|---|---|---|---|")
+    cases = [s for s in scenarios(churns) if s.label.startswith(("1.0x", "2x"))]
+    cases.append(Multi("30% churn", 0.30, (0, 0, 0, 0), "drop"))
+    for share, flip in configs:
+        fam.POOLED_SHARE, fam.RELATIVE = share, {"max_flip_rate": flip}
+        forget()
+        cells: dict[str, list[np.ndarray]] = {k: [] for k in ("b", "c112", "c240", "e48", "e112", "f48", "f112")}
+        for i, sc in enumerate(cases):
+            r = run(sc, reps, "family_alpha", seed + i)
+            tag = "b" if sc.label.startswith("1.0x") else "c" if "code" in sc.label else \
+                "e" if "every" in sc.label else "f"
+            for name, pairs in (("b", 240), ("c112", 112), ("c240", 240), ("e48", 48), ("e112", 112), ("f48", 48),
+                                ("f112", 112)):
+                if name[0] == tag:
+                    cells[name].append(at_budget(r, pairs) == 2)
+        m = {k: 100 * float(np.mean(np.concatenate(v))) for k, v in cells.items()}
+        print(f"| {share:g} | {flip:g} | {m['b']:.1f} | {m['c112']:.1f} / {m['c240']:.1f} | {m['e48']:.1f} / "
+              f"{m['e112']:.1f} | {m['f48']:.1f} / {m['f112']:.1f} |", flush=True)
+    fam.POOLED_SHARE, fam.RELATIVE = 0.5, {}
+    forget()
 
 
 def set_prior(name: str) -> None:
@@ -149,91 +370,34 @@ def set_prior(name: str) -> None:
     c = np.arange(1, seq.GRID + 1) / seq.GRID
     w = {"c": c, "c2": c ** 2, "uniform": np.ones_like(c)}[name]
     seq._LOGW = np.log(w / w.sum())
-    _need.cache_clear()
-    _pooled_need.cache_clear()
+    forget()
 
 
-def print_multi(reps: int, pairs_list: list[int], seed: int = 0) -> list[dict]:
-    """The table per scenario and budget (pairs per task), with the pooled check and without it."""
-    print("\nSeveral tasks (reasoning 0.10, code / json / needle 0.05, needle >=2048 slice 0.10, flips 0.2, pooled); "
-          "PASS / INC / FAIL (%), mean pairs per task; worst single-look false rate over the looks")
-    print("| scenario | churn | pairs per task | PASS / INC / FAIL | mean n | FAIL with pooled check involved | "
-          "without pooled: PASS / INC / FAIL | worst single look: false verdict |")
-    print("|---|---|---|---|---|---|---|---|")
-    out = []
-    for pairs in pairs_list:
-        for i, sc in enumerate(scenarios()):
-            a, b = run(sc, reps, pairs, seed + i), run(sc, reps, pairs, seed + i, use_pooled=False)
-            pa = [100 * float(np.mean(a["verdict"] == k)) for k in range(3)]
-            pb = [100 * float(np.mean(b["verdict"] == k)) for k in range(3)]
-            print(f"| {sc.label} | {sc.churn:.2f} | {pairs} | {pa[0]:.1f} / {pa[1]:.1f} / {pa[2]:.1f} | "
-                  f"{a['used'].mean():.0f} | {100 * a['by_pooled']:.1f}% | {pb[0]:.1f} / {pb[1]:.1f} / {pb[2]:.1f} | "
-                  f"{_worst(a)} |")
-            out.append({**a, "pairs": pairs, "plain": b})
-    return out
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=1000, help="replications per scenario (0: skip the main tables)")
+    ap.add_argument("--boundary-reps", type=int, default=2000, help="replications of the 1.0x scenarios")
+    ap.add_argument("--churn", default="0.01,0.05,0.10")
+    ap.add_argument("--weights", default="", help="family weights to sweep, pooled share:flip weight pairs "
+                    "(e.g. 0.0909:1,0.25:1,0.5:1,0.5:0.25)")
+    ap.add_argument("--share-reps", type=int, default=300)
+    ap.add_argument("--adaptive", type=int, default=0, help="replications of the adversarial allocation (0: skip)")
+    ap.add_argument("--adaptive-churn", default="0.05")
+    ap.add_argument("--averaged", action=argparse.BooleanOptionalAction, default=True,
+                    help="also decide FAIL on the weighted average of the e-values (not shipped)")
+    args = ap.parse_args()
+    churns = [float(x) for x in args.churn.split(",")]
+    t0 = time.perf_counter()
+    memoize_numerics()
+    if args.reps:
+        print_tables(simulate(args.reps, args.boundary_reps, churns, averaged=args.averaged))
+    if args.adaptive:
+        print_adaptive(args.adaptive, [float(x) for x in args.adaptive_churn.split(",")])
+    if args.weights:
+        configs = [tuple(float(y) for y in x.split(":")) for x in args.weights.split(",")]
+        share_sweep(configs, args.share_reps, churns)  # type: ignore[arg-type]
+    print(f"\n{time.perf_counter() - t0:.0f} s")
 
 
-def replay(codes: list[np.ndarray], r: int, n: int) -> int:
-    """The verdict (0 / 1 / 2) of the real ``gate_run`` with the shipped policy (no KLD) on run ``r``'s first
-    ``n`` pairs of every task: the bulk above must agree with it."""
-    from evalsuite.gate.policy import load_policy
-    from evalsuite.gate.verdict import gate_run
-    from evalsuite.core.records import SampleResult
-
-    base, var = [], []
-    for task, c in zip(TOL, codes):
-        rng = np.random.default_rng(n)
-        for i, code in enumerate(c[r, :n]):
-            b = bool(code == 0) if code != 1 else bool(rng.random() < P_BASE)
-            v = bool(code == 2) if code != 1 else b
-            meta = {"context_len": 2048 if i % 3 == 2 else 512} if task == "needle" else {}
-            for out, name, right in ((base, "bf16", b), (var, "q", v)):
-                out.append(SampleResult(name, task, "1", f"{task}-{i}", f"h{i}", "", float(right), metadata=meta))
-    _, gate = gate_run(base, {"q": var}, {}, load_policy(), set(TOL), slice_keys=[])
-    return {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}[gate.overall]
-
-
-def adaptive(sc: Multi, reps: int, total: int, seed: int, step: int = 16) -> dict:
-    """The runner's later-round allocation, made adversarial: after 16 pairs per task, every further draw of
-    ``step`` pairs goes to the task whose observed margin (Δ + tolerance) is lowest, i.e. the task heading to a
-    FAIL (as ``Rounds.quickest_first`` puts ``Decision.failing`` first), until ``total`` pairs over all tasks.
-    The choice depends on the pairs seen so far (predictable), so under "every task within its tolerance" the
-    per-task and pooled checks must still FAIL at most α. Returns FAIL rates (any check, pooled alone) and the
-    mean pairs per task the allocation gave the most-drawn task."""
-    n_max = total  # a task can at most take every draw
-    codes = draw(sc, reps, n_max, seed)
-    tols = list(TOL.values())
-    taken = np.full((reps, len(tols)), 16)
-    failed, by_pool = np.zeros(reps, bool), np.zeros(reps, bool)
-    while True:
-        cnts = [np.stack([((c == k) & (np.arange(n_max)[None, :] < taken[:, [j]])).sum(1) for k in range(3)],
-                         -1).astype(float) for j, c in enumerate(codes)]
-        bad = np.zeros(reps, bool)
-        for cnt, t in zip(cnts, tols):
-            bad |= _pass_fail(cnt, t)[1] & (cnt.sum(-1) >= MIN_SAMPLES)
-        pool = pooled.rejects([(DIFF_V, cnt, t) for cnt, t in zip(cnts, tols)])
-        failed |= bad | pool
-        by_pool |= pool & ~bad
-        if taken.sum(1).max() + step > total:
-            break
-        margin = np.stack([(cnt[:, 2] - cnt[:, 0]) / cnt.sum(-1) + t for cnt, t in zip(cnts, tols)], 1)
-        taken[np.arange(reps), margin.argmin(1)] += step
-    return {"sc": sc, "false_fail": float(failed.mean()), "by_pooled": float(by_pool.mean()),
-            "most_drawn": float(taken.max(1).mean())}
-
-
-def print_adaptive(reps: int, total: int = 4 * 240, seed: int = 0) -> list[dict]:
-    """False FAIL under the adversarial allocation, for the scenarios where a FAIL is wrong."""
-    print(f"\nAdaptive allocation (each draw of 16 to the task with the lowest observed margin), {total} pairs in all; "
-          "false FAIL (any check) where every task is within its tolerance")
-    print("| scenario | churn | false FAIL | of which pooled alone | pairs of the most-drawn task |")
-    print("|---|---|---|---|---|")
-    cases = [s for s in scenarios() if s.kind == "none"]
-    cases += [Multi("every task at its tolerance", c, (1,) * 4, "none") for c in (0.01, 0.05, 0.10)]
-    out = []
-    for i, sc in enumerate(cases):
-        a = adaptive(sc, reps, total, seed + i)
-        print(f"| {sc.label} | {sc.churn:.2f} | {100 * a['false_fail']:.1f}% | {100 * a['by_pooled']:.1f}% | "
-              f"{a['most_drawn']:.0f} |")
-        out.append(a)
-    return out
+if __name__ == "__main__":
+    main()

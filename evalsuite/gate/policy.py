@@ -23,6 +23,11 @@ THRESHOLD_KEYS: dict[str, tuple[float, float | None]] = {
     "max_drop": (0.0, 1.0), "min_recovery": (0.0, None), "max_flip_rate": (0.0, 1.0),
     "max_kld": (0.0, None), "min_score": (0.0, 1.0), "min_samples": (0, None)}
 ON_INCONCLUSIVE = ("fail", "pass")
+#: ``defaults.false_fail``: the guarantee a FAIL carries (evalsuite.gate.family)
+FAMILY_ALPHA, PER_CHECK = "family_alpha", "per_check"
+FALSE_FAIL = (FAMILY_ALPHA, PER_CHECK)
+ALPHA, MAX_ALPHA = 0.05, 0.5  #: ``defaults.alpha``: the shipped error level, and the largest accepted
+POLICY_WIDE = ("on_inconclusive", "alpha", "false_fail")  #: keys of ``defaults`` only (not per task or slice)
 #: checks on a task's secondary metrics (Score.metrics with values in [0, 1]): ``metrics: {NAME: {KIND: t}}``
 METRIC_KINDS = ("max_drop", "max_rise")
 _OPS = re.compile(r"^\s*(>=|<=|==|!=|<|>)\s*(.*?)\s*$")
@@ -137,6 +142,9 @@ class Policy:
     tasks: Mapping[str, TaskPolicy] = field(default_factory=dict)
     on_inconclusive: str = "fail"
     source: str = "<inline>"
+    #: each sequence's error level: a false PASS per check, a false FAIL per variant (or per check: false_fail)
+    alpha: float = ALPHA
+    false_fail: str = FAMILY_ALPHA  # family_alpha | per_check
 
     def thresholds(self, task: str, rule: SliceRule | None = None) -> Thresholds:
         """Thresholds of ``task`` (slice "all"), or of one of its selector slices."""
@@ -155,7 +163,8 @@ class Policy:
         def task(tp: TaskPolicy) -> dict[str, Any]:
             slices = [{"where": r.name, **_jsonable(r.overrides)} for r in tp.slices]
             return {**_jsonable(tp.overrides), "optional": tp.optional, "slices": slices}
-        return {"source": self.source, "on_inconclusive": self.on_inconclusive, "defaults": {
+        return {"source": self.source, "on_inconclusive": self.on_inconclusive, "alpha": self.alpha,
+                "false_fail": self.false_fail, "defaults": {
             **asdict(self.defaults), "metrics": _jsonable((("metrics", self.defaults.metrics),)).get("metrics", {})},
                 "tasks": {t: task(tp) for t, tp in self.tasks.items()}}
 
@@ -250,8 +259,9 @@ class PolicyParser:
 
     def task(self, name: str, data: Any) -> TaskPolicy:
         where = f"tasks.{name}"
-        if isinstance(data, Mapping) and "on_inconclusive" in data:
-            raise self.fail(where, "on_inconclusive is policy-wide: set it under defaults")
+        for key in POLICY_WIDE:
+            if isinstance(data, Mapping) and key in data:
+                raise self.fail(where, f"{key} is policy-wide: set it under defaults")
         data = self.check_keys(where, data, [*THRESHOLD_KEYS, "metrics", "slices", "optional"])
         if not isinstance(data.get("optional", False), bool):
             raise self.fail(f"{where}.optional", f"must be true or false, got {data['optional']!r}")
@@ -266,13 +276,24 @@ class PolicyParser:
 
     def policy(self, data: Any, base: Thresholds) -> Policy:
         data = self.check_keys("top level", data, ["defaults", "tasks", "description"])
-        defaults = self.check_keys("defaults", data.get("defaults"), [*THRESHOLD_KEYS, "metrics", "on_inconclusive"])
-        on_inc = defaults.get("on_inconclusive", "fail")
-        if on_inc not in ON_INCONCLUSIVE:
-            raise self.fail("defaults.on_inconclusive", f"must be 'fail' or 'pass', got {on_inc!r}")
+        defaults = self.check_keys("defaults", data.get("defaults"), [*THRESHOLD_KEYS, "metrics", *POLICY_WIDE])
+        on_inc = self.choice("defaults.on_inconclusive", defaults.get("on_inconclusive", "fail"), ON_INCONCLUSIVE)
+        false_fail = self.choice("defaults.false_fail", defaults.get("false_fail", FAMILY_ALPHA), FALSE_FAIL)
+        alpha = defaults.get("alpha", ALPHA)
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= MAX_ALPHA:
+            raise self.fail("defaults.alpha", f"must be a number in (0, {MAX_ALPHA:g}], got {alpha!r}")
         tasks = self.check_keys("tasks", data.get("tasks"), None)
         return Policy(base.with_overrides(self.overrides("defaults", defaults)),
-                      {str(t): self.task(str(t), v) for t, v in tasks.items()}, on_inc, self.source)
+                      {str(t): self.task(str(t), v) for t, v in tasks.items()}, on_inc, self.source,
+                      float(alpha), false_fail)
+
+    def choice(self, where: str, value: Any, allowed: tuple[str, ...]) -> str:
+        """``value`` when it is one of ``allowed``; else an error naming them (and the nearest, if any)."""
+        if value in allowed:
+            return str(value)
+        close = difflib.get_close_matches(str(value), allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise self.fail(where, f"must be {' or '.join(repr(a) for a in allowed)}, got {value!r}{hint}")
 
 
 def parse_policy(data: Any, source: str = "<inline>", inherit: bool = True) -> Policy:

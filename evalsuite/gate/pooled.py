@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from evalsuite.gate.types import CheckResult, Verdict
 from evalsuite.stats import pooled
+from evalsuite.stats.compare import paired_values
 from evalsuite.stats import sequential as seq
 from evalsuite.stats.types import ALL, PairedStats
 
@@ -25,11 +24,9 @@ _SHOWN = 3  # tasks named in the reason
 
 def part(st: PairedStats, t: float) -> pooled.Part:
     """A task's pairs as the pooled bets see them: distinct y = (1 + d) / 2 with counts, and its tolerance."""
-    if st.binary or not st.diff_counts:
-        values, weights = seq.flip_values(st.flips_right_to_wrong, st.flips_wrong_to_right, st.n)
-    else:
-        values = (1.0 + np.array([d for d, _ in st.diff_counts])) / 2.0
-        weights = np.array([c for _, c in st.diff_counts], dtype=float)
+    vw = paired_values(st)
+    values, weights = vw if vw is not None else seq.flip_values(st.flips_right_to_wrong, st.flips_wrong_to_right,
+                                                                 st.n)
     return values, weights, t
 
 
@@ -40,23 +37,26 @@ def _pulling(rows: Sequence[tuple[PairedStats, float]]) -> str:
     return ", ".join(shown) or "none below 0"
 
 
-def pooled_check(variant: str, rows: Sequence[tuple[PairedStats, float]], tasks_passed: bool) -> CheckResult | None:
+def pooled_check(variant: str, rows: Sequence[tuple[PairedStats, float]], tasks_passed: bool,
+                 level: float = seq.ALPHA, alpha: float = seq.ALPHA) -> CheckResult | None:
     """The pooled check of ``variant`` from its tasks' ``all`` rows with their max_drop; None under two tasks.
-    ``tasks_passed``: every task's own max_drop check PASSed."""
+    ``tasks_passed``: every task's own max_drop check PASSed. ``level``: the error level it FAILs at (its share of
+    the variant's ``alpha``, evalsuite.gate.family)."""
     rows = [(st, t) for st, t in rows if st.slice == ALL and st.n > 0]
     if len(rows) < 2:
         return None
     parts = [part(st, t) for st, t in rows]
     n = sum(st.n for st, _ in rows)
-    upper, margin = pooled.upper_bound(parts), pooled.mean_margin(parts)
+    upper, margin = pooled.upper_bound(parts, level), pooled.mean_margin(parts)
     verdict: Verdict = "FAIL" if upper < 0 else "PASS" if tasks_passed else "INCONCLUSIVE"
-    more = pooled.more_needed(parts) if verdict == "INCONCLUSIVE" else None
+    more = pooled.more_needed(parts, level) if verdict == "INCONCLUSIVE" else None
     more = None if more is not None and more >= seq.MAX_MORE else more
     word = {"FAIL": "< 0: a task is beyond its max_drop", "PASS": ">= 0, and every task PASSed its own check",
             "INCONCLUSIVE": ">= 0: no task shown beyond its max_drop yet"}[verdict]
     informative = sum(st.n_informative or 0 for st, _ in rows)
     tail = f"; ~{more} more pairs over all tasks to decide" if more else ""
-    reason = (f"pooled over {len(rows)} tasks: mean Δ+max_drop {margin:+.3f}, CS upper {upper:+.3f} {word}; "
+    at = "" if abs(level - alpha) < 1e-15 else f" (at {100 * level:.3g}%)"
+    reason = (f"pooled over {len(rows)} tasks: mean Δ+max_drop {margin:+.3f}, CS upper {upper:+.3f}{at} {word}; "
               f"lowest: {_pulling(rows)} (n={n}, {informative} with a side right){tail}")
     return CheckResult(variant, POOLED, ALL, CHECK, 0.0, margin, verdict, reason, (-1.0, upper), n, more,
-                       tuple((st.task, st.n) for st, _ in rows))
+                       tuple((st.task, st.n) for st, _ in rows), alpha=level)

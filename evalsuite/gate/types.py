@@ -1,10 +1,19 @@
 """Typed results of gating: one CheckResult per policy check, a GateResult per run (consumed by tenants, report)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+RANK: dict[str, int] = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}  #: an unknown verdict string ranks as PASS
+_E = TypeVar("_E")
+
+
+def worst(verdicts: Iterable[str], empty: _E = "PASS") -> str | _E:  # type: ignore[assignment]
+    """FAIL over INCONCLUSIVE over PASS; ``empty`` for no verdicts (the gate: PASS; the report: None, "no
+    verdict")."""
+    return max(verdicts, key=lambda v: RANK.get(v, 0), default=empty)
 
 
 def heads_to_fail(check: str, observed: float, threshold: float) -> bool:
@@ -42,6 +51,9 @@ class CheckResult:
     #: the pooled check (task "*"): the tasks it pools, and each one's pairs (so the runner can share out
     #: more_needed); empty on every other check
     pools: tuple[tuple[str, int], ...] = ()
+    #: the error level of the check's FAIL side (its share of the variant's alpha, ``gate.family``); None on point
+    #: checks (max_kld, min_score) and min_samples
+    alpha: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,7 +67,9 @@ class GateResult:
     variant_verdicts: dict[str, Verdict] = field(default_factory=dict)
     overall: Verdict = "PASS"
     exit_code: int = 0
+    #: variant -> the false-FAIL guarantee in force, one line (``gate.family.Family.describe``)
+    guarantee: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"overall": self.overall, "exit_code": self.exit_code,
-                "variant_verdicts": self.variant_verdicts, "checks": [c.to_dict() for c in self.checks]}
+        return {"overall": self.overall, "exit_code": self.exit_code, "variant_verdicts": self.variant_verdicts,
+                "checks": [c.to_dict() for c in self.checks], "guarantee": self.guarantee}

@@ -1,10 +1,12 @@
 """Gate verdicts: PairedStats + Policy -> one CheckResult per check, a verdict per variant and overall.
 
 Interval checks are three-way, decided on anytime-valid confidence sequences (evalsuite.stats.sequential:
-each bound at 95%, valid simultaneously at every n), so a run may be re-gated after every round of samples
-and stopped as soon as a check is decided without inflating its error rates: PASS when the sequence lies
-within the tolerance, FAIL when it lies entirely beyond it, INCONCLUSIVE when it straddles the limit.
-- max_drop: the sequence of delta (PairedStats.cs_low/cs_high) against -max_drop.
+valid simultaneously at every n), so a run may be re-gated after every round of samples and stopped as soon as
+a check is decided without inflating its error rates: PASS when the sequence lies within the tolerance, FAIL
+when it lies entirely beyond it, INCONCLUSIVE when it straddles the limit. The PASS side's bound is at the
+policy's alpha; the FAIL side's at the check's share of it (evalsuite.gate.family: a variant within every
+tolerance is FAILed with probability <= alpha however many checks it has; ``false_fail: per_check``: alpha).
+- max_drop: the sequence of delta (from the row's counts, as PairedStats.cs_low/cs_high) against -max_drop.
 - min_recovery: ratio variant/baseline with bounds 1 + bounds(delta)/baseline_mean (baseline mean taken as fixed).
 - max_flip_rate (binary tasks): the sequence of the flip proportion against max_flip_rate.
 - max_kld, min_score: point checks (PASS/FAIL); max_kld is skipped where no KLD was measured.
@@ -13,31 +15,27 @@ within the tolerance, FAIL when it lies entirely beyond it, INCONCLUSIVE when it
 - min_samples: a slice with fewer paired samples gets only an INCONCLUSIVE check; a policy task (unless
   ``optional``) or a selector slice of a task that ran, without samples, gets an INCONCLUSIVE "no samples" check.
 An INCONCLUSIVE interval check carries ``more_needed``: the observed pairs replicated until the sequence
-would decide (sequential.more_needed), an estimate; None where more samples cannot help.
+would decide (sequential.more_needed, each side at its level), an estimate; None where more samples cannot help.
 """
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
 
 import numpy as np
 
+from evalsuite.gate.family import Family, family, level_note
 from evalsuite.gate.policy import Policy, Thresholds
-from evalsuite.gate.pooled import POOLED, pooled_check
+from evalsuite.gate.pooled import CHECK, POOLED, pooled_check
 from evalsuite.core.records import KLDResult, SampleResult
-from evalsuite.stats.compare import compare
+from evalsuite.stats.compare import compare, paired_values
 from evalsuite.stats import sequential as seq
-from evalsuite.gate.types import CheckResult, GateResult, Verdict
+from evalsuite.gate.types import CheckResult, GateResult, Verdict, worst
 from evalsuite.stats.types import ALL, PairedStats
 
-_RANK: dict[str, int] = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
 _EPS = 1e-12  # float slack so that e.g. a CI bound of exactly -0.05 meets max_drop 0.05
 _WORDS = {"PASS": "within", "FAIL": "exceeds", "INCONCLUSIVE": "straddles"}
-
-
-def worst(verdicts: Sequence[Verdict]) -> Verdict:
-    """FAIL if any FAIL, else INCONCLUSIVE if any, else PASS (PASS for no verdicts)."""
-    return max(verdicts, key=_RANK.__getitem__, default="PASS")
 
 
 def _at_least(lo: float, hi: float, limit: float) -> Verdict:
@@ -59,22 +57,48 @@ def _n(st: PairedStats) -> str:
     return f"n={st.n}" + info + (f", {st.n_unpaired} unpaired" if st.n_unpaired else "")
 
 
+@dataclass(frozen=True)
+class CheckLevels:
+    """A check's error levels: its PASS side at the policy's alpha, its FAIL side at its share of the family."""
+
+    alpha: float = seq.ALPHA
+    fail: float = seq.ALPHA
+
+    def low_high(self, fail_high: bool) -> tuple[float, float]:
+        """(lower bound's level, upper bound's level) when the FAIL side is the upper bound (``fail_high``)."""
+        return (self.alpha, self.fail) if fail_high else (self.fail, self.alpha)
+
+    def note(self, side: str) -> str:
+        return level_note(side, self.fail, self.alpha)
+
+
 def _check(st: PairedStats, check: str, threshold: float, observed: float, verdict: Verdict, reason: str,
-           ci: tuple[float, float] | None = None, more: int | None = None) -> CheckResult:
+           ci: tuple[float, float] | None = None, more: int | None = None,
+           level: float | None = None) -> CheckResult:
     more = max(more, 1) if verdict == "INCONCLUSIVE" and more is not None else None
     tail = f"; ~{more} more pairs to decide" if more else ""
     return CheckResult(st.variant, st.task, st.slice, check, threshold, observed, verdict,
-                       f"{_label(st.task, st.slice)}: {reason} ({_n(st)}){tail}", ci, st.n, more)
+                       f"{_label(st.task, st.slice)}: {reason} ({_n(st)}){tail}", ci, st.n, more, alpha=level)
 
 
-def _bounds(st: PairedStats) -> tuple[float, float, str]:
-    """The decision interval of delta: the confidence sequence, or the CI for rows built without one."""
+def _bounds(st: PairedStats, lv: CheckLevels, metric: str | None = None,
+            fail_high: bool = True) -> tuple[float, float, str]:
+    """The decision interval of delta (or of a ``metric``'s difference): the confidence sequence, its PASS side at
+    the policy's alpha and its FAIL side (the upper bound when ``fail_high``) at the check's level, from the row's
+    counts (the bounds depend on the counts only). Rows built by hand without counts keep their stored sequence
+    (both sides at 95%), or their CI when they have none."""
+    vw = paired_values(st, metric)
+    if vw is not None and (metric is not None or st.cs_low is not None):
+        lo, hi = seq.diff_cs(*vw, lv.low_high(fail_high))
+        return lo, hi, "CS"
+    if metric is not None:
+        return st.metrics[metric]["cs_low"], st.metrics[metric]["cs_high"], "CS"
     if st.cs_low is not None and st.cs_high is not None:
         return st.cs_low, st.cs_high, "CS"
     return st.ci_low, st.ci_high, "CI"
 
 
-def _more_delta(st: PairedStats, limit: float) -> int:
+def _more_delta(st: PairedStats, limit: float, lv: CheckLevels) -> int:
     """Extrapolated pairs needed to decide "delta vs limit". Binary: the observed right->wrong / unchanged /
     wrong->right counts; continuous: two equally likely differences delta -/+ diff_sd (same mean and spread)."""
     if st.binary:
@@ -82,39 +106,40 @@ def _more_delta(st: PairedStats, limit: float) -> int:
     else:
         d = np.clip([st.delta - st.diff_sd, st.delta + st.diff_sd], -1.0, 1.0)
         values, weights = (1.0 + d) / 2.0, np.array([st.n / 2, st.n / 2])
-    return seq.more_needed(values, weights, (1.0 + limit) / 2.0)
+    return seq.more_needed(values, weights, (1.0 + limit) / 2.0, lv.low_high(True))
 
 
-def _max_drop(st: PairedStats, t: float) -> CheckResult:
-    lo, hi, kind = _bounds(st)
+def _max_drop(st: PairedStats, t: float, lv: CheckLevels) -> CheckResult:
+    lo, hi, kind = _bounds(st, lv)
     v = _at_least(lo, hi, -t)
-    more = _more_delta(st, -t) if v == "INCONCLUSIVE" else None
+    more = _more_delta(st, -t, lv) if v == "INCONCLUSIVE" else None
     return _check(st, "max_drop", t, st.delta, v, f"Δ={st.delta:+.3f} {kind} [{lo:+.3f},{hi:+.3f}] "
-                  f"{_WORDS[v]} max_drop {t:g}", (lo, hi), more)
+                  f"{_WORDS[v]} max_drop {t:g}{lv.note('upper')}", (lo, hi), more, lv.fail)
 
 
-def _min_recovery(st: PairedStats, r: float) -> CheckResult:
+def _min_recovery(st: PairedStats, r: float, lv: CheckLevels) -> CheckResult:
     if st.baseline_mean <= 0:
         return _check(st, "min_recovery", r, 0.0, "INCONCLUSIVE",
-                      "baseline mean is 0, recovery undefined")
+                      "baseline mean is 0, recovery undefined", level=lv.fail)
     ratio = st.variant_mean / st.baseline_mean
-    dlo, dhi, kind = _bounds(st)
+    dlo, dhi, kind = _bounds(st, lv)
     lo, hi = 1 + dlo / st.baseline_mean, 1 + dhi / st.baseline_mean
     v = _at_least(lo, hi, r)
-    more = _more_delta(st, (r - 1) * st.baseline_mean) if v == "INCONCLUSIVE" else None
+    more = _more_delta(st, (r - 1) * st.baseline_mean, lv) if v == "INCONCLUSIVE" else None
     word = {"PASS": "meets", "FAIL": "below", "INCONCLUSIVE": "straddles"}[v]
     return _check(st, "min_recovery", r, ratio, v, f"recovery {ratio:.3f} {kind} [{lo:.3f},{hi:.3f}] {word} "
-                  f"min_recovery {r:g}", (lo, hi), more)
+                  f"min_recovery {r:g}{lv.note('upper')}", (lo, hi), more, lv.fail)
 
 
-def _max_flip_rate(st: PairedStats, f: float) -> CheckResult:
+def _max_flip_rate(st: PairedStats, f: float, lv: CheckLevels) -> CheckResult:
     k = st.flips_right_to_wrong + st.flips_wrong_to_right
-    lo, hi = seq.proportion_cs(k, st.n)
+    levels = lv.low_high(False)
+    lo, hi = seq.proportion_cs(k, st.n, levels)
     v = _at_most(lo, hi, f)
-    more = seq.more_needed(np.array([0.0, 1.0]), np.array([st.n - k, k]), f) if v == "INCONCLUSIVE" else None
+    more = seq.more_needed(np.array([0.0, 1.0]), np.array([st.n - k, k]), f, levels) if v == "INCONCLUSIVE" else None
     return _check(st, "max_flip_rate", f, st.flip_rate, v, f"flip rate {st.flip_rate:.3f} ({st.flips_right_to_wrong}"
-                  f"↓ {st.flips_wrong_to_right}↑, CS [{lo:.3f},{hi:.3f}]) {_WORDS[v]} max_flip_rate {f:g}",
-                  (lo, hi), more)
+                  f"↓ {st.flips_wrong_to_right}↑, CS [{lo:.3f},{hi:.3f}]) {_WORDS[v]} max_flip_rate {f:g}"
+                  f"{lv.note('lower')}", (lo, hi), more, lv.fail)
 
 
 def _max_kld(st: PairedStats, k: float) -> CheckResult:
@@ -130,38 +155,47 @@ def _min_score(st: PairedStats, m: float) -> CheckResult:
                   f"{'meets' if v == 'PASS' else 'below'} min_score {m:g}")
 
 
-def _metric(st: PairedStats, name: str, kind: str, t: float) -> CheckResult:
+def _metric(st: PairedStats, name: str, kind: str, t: float, lv: CheckLevels) -> CheckResult:
     """A secondary metric's mean must not fall (``max_drop``) or rise (``max_rise``) by more than ``t``,
     decided on the anytime-valid bounds of its paired difference, as the score's ``max_drop`` is."""
     check = f"metric:{name}:{kind}"
     m = st.metrics.get(name)
     if m is None or "cs_low" not in m:
         why = "not reported" if m is None else "has values outside [0, 1] (only rates and fractions are gated)"
-        return _check(st, check, t, 0.0, "INCONCLUSIVE", f"metric {name} {why}")
-    lo, hi, d = m["cs_low"], m["cs_high"], m["delta"]
-    v = _at_least(lo, hi, -t) if kind == "max_drop" else _at_most(lo, hi, t)
+        return _check(st, check, t, 0.0, "INCONCLUSIVE", f"metric {name} {why}", level=lv.fail)
+    drop = kind == "max_drop"
+    lo, hi, _ = _bounds(st, lv, name, fail_high=drop)
+    d = m["delta"]
+    v = _at_least(lo, hi, -t) if drop else _at_most(lo, hi, t)
     return _check(st, check, t, d, v, f"{name} {m['baseline']:.3f}→{m['variant']:.3f} (Δ={d:+.3f} CS "
-                  f"[{lo:+.3f},{hi:+.3f}]) {_WORDS[v]} {kind} {t:g}", (lo, hi))
+                  f"[{lo:+.3f},{hi:+.3f}]) {_WORDS[v]} {kind} {t:g}{lv.note('upper' if drop else 'lower')}",
+                  (lo, hi), level=lv.fail)
 
 
-def slice_checks(st: PairedStats, th: Thresholds) -> list[CheckResult]:
-    """Every enabled check of one (variant, task, slice) row."""
+def slice_checks(st: PairedStats, th: Thresholds, fam: Family | None = None) -> list[CheckResult]:
+    """Every enabled check of one (variant, task, slice) row; ``fam``: the variant's family (the level each check
+    FAILs at; None: every check at the shipped alpha, per check)."""
     if st.n < max(th.min_samples, 1):
         what = "no paired samples" if st.n == 0 else f"n={st.n} < min_samples {th.min_samples}"
         return [_check(st, "min_samples", th.min_samples, st.n, "INCONCLUSIVE", what, None,
                        max(th.min_samples - st.n, 1))]
+
+    def lv(check: str) -> CheckLevels:
+        return CheckLevels(fam.alpha, fam.level(st.task, st.slice, check)) if fam else CheckLevels()
+
     out = []
     if th.max_drop is not None:
-        out.append(_max_drop(st, th.max_drop))
+        out.append(_max_drop(st, th.max_drop, lv("max_drop")))
     if th.min_recovery is not None:
-        out.append(_min_recovery(st, th.min_recovery))
+        out.append(_min_recovery(st, th.min_recovery, lv("min_recovery")))
     if th.max_flip_rate is not None and st.binary:
-        out.append(_max_flip_rate(st, th.max_flip_rate))
+        out.append(_max_flip_rate(st, th.max_flip_rate, lv("max_flip_rate")))
     if th.max_kld is not None and st.kld_mean is not None:
         out.append(_max_kld(st, th.max_kld))
     if th.min_score is not None:
         out.append(_min_score(st, th.min_score))
-    out += [_metric(st, name, kind, t) for (name, kind), t in th.metrics if t is not None]
+    out += [_metric(st, name, kind, t, lv(f"metric:{name}:{kind}")) for (name, kind), t in th.metrics
+            if t is not None]
     return out
 
 
@@ -179,11 +213,18 @@ def _missing(variant: str, task: str, slice_name: str, th: Thresholds, known: Se
                        f"{_label(task, slice_name)}: no samples{hint}")
 
 
-def _variant_checks(variant: str, idx: Mapping[tuple[str, str, str], PairedStats], policy: Policy,
-                    known: Sequence[str], expected: Sequence[str] = ()) -> list[CheckResult]:
-    tasks = [t for (v, t, s) in idx if v == variant and s == ALL]
+def variant_tasks(variant: str, stats: Sequence[PairedStats], policy: Policy,
+                  expected: Sequence[str] = ()) -> list[str]:
+    """The tasks a variant is gated on: those with a row in ``stats``, the run's ``expected`` ones and the policy's
+    required ones. Its family (``gate.family``) is fixed by this list and the policy, not by which tasks have
+    samples yet."""
+    tasks = list(dict.fromkeys(s.task for s in stats if s.variant == variant and s.slice == ALL))
     tasks += [t for t in expected if t not in tasks]
-    tasks += [t for t, tp in policy.tasks.items() if t not in tasks and not tp.optional]
+    return tasks + [t for t, tp in policy.tasks.items() if t not in tasks and not tp.optional]
+
+
+def _variant_checks(variant: str, idx: Mapping[tuple[str, str, str], PairedStats], policy: Policy, fam: Family,
+                    tasks: Sequence[str], known: Sequence[str], expected: Sequence[str] = ()) -> list[CheckResult]:
     checks: list[CheckResult] = []
     pools: list[tuple[PairedStats, float]] = []
     for task in tasks:
@@ -191,26 +232,31 @@ def _variant_checks(variant: str, idx: Mapping[tuple[str, str, str], PairedStats
                                                       for r in policy.slices(task)]
         for slice_name, th in targets:
             st = idx.get((variant, task, slice_name))
-            checks += slice_checks(st, th) if st else [_missing(variant, task, slice_name, th, known, expected)]
+            checks += slice_checks(st, th, fam) if st else [_missing(variant, task, slice_name, th, known, expected)]
             if st is not None and slice_name == ALL and th.max_drop is not None and st.n >= max(th.min_samples, 1):
                 pools.append((st, th.max_drop))
     passed = all(c.verdict == "PASS" for c in checks if c.check == "max_drop" and c.slice == ALL)
-    pooled = pooled_check(variant, pools, passed)
+    level = fam.level(POOLED, ALL, CHECK) if len(pools) > 1 else fam.alpha  # under two tasks: no pooled check
+    pooled = pooled_check(variant, pools, passed, level, fam.alpha)
     return checks + ([pooled] if pooled is not None else [])
 
 
 def evaluate_gate(stats: Sequence[PairedStats], policy: Policy, variants: Sequence[str] | None = None,
                   expected_tasks: Sequence[str] = ()) -> GateResult:
     """Gate every variant (those in ``stats``, or the given list) against ``policy``. ``expected_tasks``: the
-    tasks the run was asked for; one without paired samples for a variant is INCONCLUSIVE, never left out."""
+    tasks the run was asked for; one without paired samples for a variant is INCONCLUSIVE, never left out, and
+    holds its share of the variant's alpha (``gate.family``)."""
     idx = {(s.variant, s.task, s.slice): s for s in stats}
     names = list(variants) if variants is not None else list(dict.fromkeys(s.variant for s in stats))
     known = list(dict.fromkeys([s.task for s in stats] + list(expected_tasks)))
     result = GateResult()
     for name in names:
-        checks = _variant_checks(name, idx, policy, known, expected_tasks)
+        tasks = variant_tasks(name, stats, policy, expected_tasks)
+        fam = family(policy, tasks)
+        checks = _variant_checks(name, idx, policy, fam, tasks, known, expected_tasks)
         result.checks += checks
         result.variant_verdicts[name] = worst([c.verdict for c in checks])
+        result.guarantee[name] = fam.describe()
     result.overall = worst(list(result.variant_verdicts.values()))
     failing = result.overall == "FAIL" or (result.overall == "INCONCLUSIVE" and policy.on_inconclusive == "fail")
     result.exit_code = 1 if failing else 0

@@ -5,16 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalsuite.gate.types import worst
 from evalsuite.report.deciding import (ALL, POOLED, check_n, pass_needs, samples_to_decide, seconds_to_decide,
                                        stat_row, stopped_drawing)
 
-RANK = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
 Row = dict[str, Any]
 
 
-def worst(verdicts: list[str]) -> str | None:
-    """FAIL over INCONCLUSIVE over PASS; None for no verdicts."""
-    return max(verdicts, key=lambda v: RANK.get(v, 0)) if verdicts else None
+def guarantee_text(r: Row) -> str | None:
+    """The false-FAIL guarantee in force, one sentence ('False FAIL ≤ 5% per variant (family-wise over 11
+    checks, ...).'); one clause per variant where they differ; None for a report without it."""
+    by = r.get("guarantee") or {}
+    texts = list(dict.fromkeys(by.values()))
+    if not texts:
+        return None
+    text = texts[0] if len(texts) == 1 else "; ".join(f"{v}: {t}" for v, t in by.items())
+    return text[0].upper() + text[1:] + "."
 
 
 def gated(r: Row) -> set[tuple[str, str, str]]:
@@ -84,7 +90,7 @@ def task_decision(r: Row, variant: str, task: str) -> Row | None:
     stat = None if unpaired else stat
     if not checks and stat is None:
         return None
-    verdict = worst([c["verdict"] for c in checks])
+    verdict = worst([c["verdict"] for c in checks], None)
     deciding = [c for c in checks if c["verdict"] == verdict]
     ns = [n for c in deciding if (n := check_n(r, c)) is not None]
     more = [m for c in deciding if (m := samples_to_decide(r, c)) is not None]
@@ -137,7 +143,7 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
         if v["variant"] == r["baseline"]:
             continue
         mine = [c for c in r["checks"] if c["variant"] == v["variant"]]
-        verdict = v.get("verdict") or worst([c["verdict"] for c in mine])
+        verdict = v.get("verdict") or worst([c["verdict"] for c in mine], None)
         reasons = [{**c, "samples": samples_to_decide(r, c), "seconds": seconds_to_decide(r, c)}
                    for c in lead_reasons(mine, verdict, max_reasons)]
         cards.append({

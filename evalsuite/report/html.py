@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalsuite.report import plots
-from evalsuite.report.digest import (gated_rows, metric_names, metric_rows, split_rows, task_names,
+from evalsuite.report.digest import (gated_rows, guarantee_text, metric_names, metric_rows, split_rows, task_names,
                                      verification_lines)
 from evalsuite.report.html_common import (count, delta_cell, e, fmt_metric, fmt_signed_metric, img, table,
                                           verdict_cell)
@@ -22,9 +22,10 @@ MAX_FLIPS = 1000
 def _header(r: dict[str, Any]) -> str:
     m = r["model"]
     tasks = ", ".join(f"{e(k)} <code>v{e(v)}</code>" for k, v in sorted(r["tasks"].items())) or "—"
+    guarantee = f'<p class="meta">{e(g)}</p>' if (g := guarantee_text(r)) else ""
     return (f"<h1>evalsuite report: {e(m.get('name', '?'))}</h1>"
             f'<p><span class="badge v v-{e(r["overall"])}">{e(r["overall"])}</span> '
-            f'&nbsp;exit code {e(r["exit_code"])}</p>'
+            f'&nbsp;exit code {e(r["exit_code"])}</p>{guarantee}'
             f'<p class="meta">run <code>{e(r["run_id"])}</code> · {e(r["created"])} · fingerprint '
             f'<code>{e(m.get("fingerprint", "?"))}</code> · dtype {e(m.get("dtype", "?"))} · baseline '
             f'<code>{e(r["baseline"])}</code><br>tasks: {tasks}</p>')

@@ -200,7 +200,8 @@ def _stats(name: str, task: str, slice_name: str, members: Sequence[_Item], is_b
         baseline_mean=float(base.mean()) if pairs else 0.0, variant_mean=float(var.mean()) if pairs else 0.0,
         delta=delta, ci_low=lo, ci_high=hi, binary=is_binary,
         agreement=sum(b.output == v.output for b, v in pairs) / len(pairs) if pairs else 0.0,
-        n_unpaired=len(members) - len(pairs), metrics=metric_means(pairs), **flips, **kld_aggregate(klds),
+        n_unpaired=len(members) - len(pairs), metrics=metric_means(pairs),
+        metric_diffs=metric_diffs(pairs), **flips, **kld_aggregate(klds),
         cs_low=cs_lo, cs_high=cs_hi, diff_sd=float(np.std(var - base)) if pairs else 0.0,
         n_informative=informative(base, var, is_binary), diff_counts=_diff_counts(var - base))
 
@@ -217,25 +218,54 @@ def _diff_counts(diff: np.ndarray) -> tuple[tuple[float, int], ...]:
     return tuple((float(v), int(c)) for v, c in zip(values, counts))
 
 
+def _metric_arrays(pairs: Sequence[tuple[SampleResult, SampleResult]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per numeric secondary metric (bools count as 0/1): its (baseline, variant) values over the pairs where both
+    sides report it. Strings and None are left out."""
+    names = sorted({k for b, v in pairs for k in (*b.metrics, *v.metrics)})
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for name in names:
+        both = [(b.metrics.get(name), v.metrics.get(name)) for b, v in pairs]
+        both = [(float(x), float(y)) for x, y in both if _numeric(x) and _numeric(y)]
+        if both:
+            out[name] = np.array([x for x, _ in both]), np.array([y for _, y in both])
+    return out
+
+
+def _unit(xs: np.ndarray, ys: np.ndarray) -> bool:
+    """Whether every value lies in [0, 1] (rates, fractions, flags): what the sequences can bound."""
+    return bool(min(xs.min(), ys.min()) >= 0.0 and max(xs.max(), ys.max()) <= 1.0)
+
+
 def metric_means(pairs: Sequence[tuple[SampleResult, SampleResult]]) -> dict[str, dict[str, float]]:
     """Per numeric secondary metric (bools count as 0/1): its baseline and variant means over the pairs where
     both sides report it, and their difference. Strings and None are not averaged. Metrics whose values all
     lie in [0, 1] (rates, fractions, flags) also get anytime-valid bounds on the difference (``cs_low`` /
     ``cs_high``, as the score's), so the gate can threshold them (``metrics:`` in a policy)."""
-    names = sorted({k for b, v in pairs for k in (*b.metrics, *v.metrics)})
     out: dict[str, dict[str, float]] = {}
-    for name in names:
-        both = [(b.metrics.get(name), v.metrics.get(name)) for b, v in pairs]
-        both = [(float(x), float(y)) for x, y in both if _numeric(x) and _numeric(y)]
-        if not both:
-            continue
-        xs, ys = np.array([x for x, _ in both]), np.array([y for _, y in both])
+    for name, (xs, ys) in _metric_arrays(pairs).items():
         row = {"baseline": float(xs.mean()), "variant": float(ys.mean()), "delta": float(ys.mean() - xs.mean()),
-               "n": float(len(both))}
-        if min(xs.min(), ys.min()) >= 0.0 and max(xs.max(), ys.max()) <= 1.0:
+               "n": float(len(xs))}
+        if _unit(xs, ys):
             row["cs_low"], row["cs_high"] = diff_cs(*diff_values(ys - xs))
         out[name] = row
     return out
+
+
+def metric_diffs(pairs: Sequence[tuple[SampleResult, SampleResult]]) -> dict[str, tuple[tuple[float, int], ...]]:
+    """The distinct paired differences of each [0, 1] metric with their counts (what the gate's sequences bet on
+    at the level a policy sets)."""
+    return {name: _diff_counts(ys - xs) for name, (xs, ys) in _metric_arrays(pairs).items() if _unit(xs, ys)}
+
+
+def paired_values(st: PairedStats, metric: str | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The paired differences of a row (or of one of its [0, 1] ``metric``s) as the sequences see them: distinct
+    y = (1 + d) / 2 and their counts; None on a row built by hand without them."""
+    if metric is None and st.binary:
+        return flip_values(st.flips_right_to_wrong, st.flips_wrong_to_right, st.n)
+    counts = st.diff_counts if metric is None else st.metric_diffs.get(metric, ())
+    if not counts:
+        return None
+    return (1.0 + np.array([d for d, _ in counts])) / 2.0, np.array([c for _, c in counts], dtype=float)
 
 
 def _numeric(x: Any) -> bool:

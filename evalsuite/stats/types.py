@@ -42,6 +42,8 @@ class PairedStats:
     n_informative: int | None = None
     #: the distinct paired differences and their counts ((d, count), ...): what the pooled check bets on
     diff_counts: tuple[tuple[float, int], ...] = ()
+    #: the same per [0, 1] secondary metric: name -> ((d, count), ...) (what a policy's metric checks bet on)
+    metric_diffs: dict[str, tuple[tuple[float, int], ...]] = field(default_factory=dict)
 
     @property
     def flip_rate(self) -> float:

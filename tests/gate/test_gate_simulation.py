@@ -56,48 +56,51 @@ def test_bulk_agrees_with_gate_run(rows, sim) -> None:
     assert agree == total
 
 
-# --- several tasks per variant: per-task, slice, flip and pooled checks together ------------------------------
+# --- several tasks per variant, through the real gate (benchmarks/gate_simulation_tasks.py) ---------------------
+
+REPS = 300
+
+
+def mc_error(alpha: float) -> float:
+    """1.96 standard errors of a rate of ``alpha`` over REPS runs: a variant-level false-FAIL rate truly at alpha
+    exceeds alpha + this with probability 2.5%."""
+    return 1.96 * (alpha * (1 - alpha) / REPS) ** 0.5
+
 
 @pytest.fixture(scope="module")
 def multi(sim):
     import gate_simulation_tasks as m  # beside gate_simulation.py, which put its folder on sys.path
 
-    return m, [(sc, m.run(sc, 200, 112, seed=21 + i), m.run(sc, 200, 112, seed=21 + i, use_pooled=False))
-               for i, sc in enumerate(m.scenarios())]
+    m.memoize_numerics()
+    (sc,) = [s for s in m.scenarios((0.05,)) if s.label == "1.0x every tolerance"]
+    return m, {(mode, a): m.run(sc, REPS, mode, seed=57, alpha=a) for a in (0.05, 0.3) for mode in m.MODES}
 
 
-def test_several_tasks_keep_both_error_rates(multi) -> None:
-    _, rows = multi
-    for sc, a, _ in rows:
-        wrong = 2 if sc.kind == "none" else 0  # FAIL under no change / within tolerance; PASS under a drop
-        assert np.mean(a["verdict"] == wrong) <= MARGIN, sc
-        assert (a["look_fail"] if wrong == 2 else a["look_pass"]).max() <= MARGIN, sc  # any single look
+def fail_rate(m, res) -> float:
+    return float(np.mean(m.at_budget(res, 240) == 2))
 
 
-def test_the_pooled_check_buys_power_on_a_drop_everywhere(multi) -> None:
-    _, rows = multi
-    for sc, a, plain in rows:
-        if sc.label == "2x drop on every task":
-            assert np.mean(a["verdict"] == 2) >= np.mean(plain["verdict"] == 2), sc  # never less power
-            if sc.churn <= 0.01:
-                assert np.mean(a["verdict"] == 2) >= 0.8 and np.mean(plain["verdict"] == 2) < 0.85, sc
-    gained = [np.mean(a["verdict"] == 2) - np.mean(p["verdict"] == 2) for sc, a, p in rows
-              if sc.label == "2x drop on every task"]
-    assert np.mean(gained) > 0.05  # ~+10 points on average at 112 pairs per task
+def test_a_variant_at_every_tolerance_fails_at_most_alpha(multi) -> None:
+    """Four tasks, every gated row exactly at its tolerance (5% churn), looks at 16, 48, 112, 240 pairs per task,
+    stopped at the first decisive one, every verdict from evaluate_gate: under family_alpha the variant's false
+    FAIL stays within alpha (the shipped 5%, and 30%) up to the Monte Carlo error."""
+    m, runs = multi
+    for a in (0.05, 0.3):
+        assert fail_rate(m, runs[("family_alpha", a)]) <= a + mc_error(a), a
+    assert (runs[("per_check", 0.05)]["first"] < 4).any()  # some runs were decided early: stopping was exercised
 
 
-def test_multi_bulk_agrees_with_gate_run(multi) -> None:
-    m, rows = multi
-    for sc, a, _ in rows[::3]:
-        for r in range(3):
-            assert m.replay(a["codes"], r, int(a["used"][r])) == int(a["verdict"][r]), sc
+def test_per_check_alpha_breaks_the_same_bound(multi) -> None:
+    """The test above can fail: on the same draws, eleven checks each at alpha (per_check) FAIL the variant more
+    often than alpha + its error. At 5% the union's excess is within what 300 runs resolve (5-7% in the docs'
+    tables), so the sensitivity is shown at alpha 30%, where it is not (~44%)."""
+    m, runs = multi
+    assert fail_rate(m, runs[("per_check", 0.3)]) > 0.3 + mc_error(0.3)
+    assert fail_rate(m, runs[("per_check", 0.05)]) >= fail_rate(m, runs[("family_alpha", 0.05)])
 
 
-def test_an_adaptive_allocation_keeps_false_fail_within_tolerance(multi) -> None:
-    """Later rounds draw where a FAIL looks near (Rounds.quickest_first); made adversarial here (every draw to the
-    task with the lowest observed margin), a variant within its tolerance on every task still rarely FAILs."""
-    m, _ = multi
-    for i, sc in enumerate(s for s in m.scenarios() if s.kind == "none" and s.churn in (0.01, 0.05)):
-        a = m.adaptive(sc, 200, 480, seed=31 + i)
-        assert a["false_fail"] <= MARGIN, sc
-        assert a["most_drawn"] > 240  # the allocation did concentrate (not lockstep)
+def test_the_family_guarantee_is_stated_and_named(multi) -> None:
+    m, runs = multi
+    g = m.gate_at(m.look_key(runs[("family_alpha", 0.05)]["codes"], 0, 240), "family_alpha")
+    assert g.guarantee == {"q": "false FAIL ≤ 5% per variant (family-wise over 11 checks, the pooled check at 2.5%)"}
+    assert {round(c.alpha, 6) for c in g.checks if c.check == "max_drop"} == {0.0025}

@@ -532,3 +532,19 @@ def test_the_forest_plot_leaves_out_rows_no_pair_reached(report, monkeypatch):
     html.render_html(cut)
     gone = labels - {r["label"] for r in plotted[-1]}
     assert gone and all("w4g128+kv4g32" in g and "gsm" in g for g in gone)
+
+
+def test_the_report_states_the_false_fail_guarantee_in_force(report):
+    """results.json, summary.md and index.html say which guarantee a FAIL carries (GateResult.guarantee)."""
+    from evalsuite.gate.policy import load_policy
+    from evalsuite.gate.verdict import gate_run
+
+    recs = [SampleResult(v, t, "1", f"{t}-{i}", "h", "", float(i % 2)) for v in ("bf16", "q")
+            for t in ("code", "json") for i in range(20)]
+    gate = gate_run([r for r in recs if r.variant == "bf16"], {"q": [r for r in recs if r.variant == "q"]}, {},
+                    load_policy())[1]
+    model = ReportModel("r", "2025-01-02T03:04:05Z", {"name": "m"}, "bf16", gate).to_dict()
+    line = "False FAIL ≤ 5% per variant (family-wise over 5 checks, the pooled check at 2.5%)."
+    assert model["guarantee"] == {"q": line[0].lower() + line[1:-1]}
+    assert line in render_markdown(model) and line in render_html(model)
+    assert report["guarantee"] is None and "False FAIL" not in render_markdown(report)  # an older report: no line

@@ -67,3 +67,17 @@ def test_more_needed_extrapolates_the_observed_mix() -> None:
     assert seq.more_needed(*seq.flip_values(0, 0, need), m) == 0
     assert seq.more_needed(*seq.flip_values(1, 0, 20), m) == seq.MAX_MORE  # delta -0.05 sits on the limit
     assert 0 < seq.more_needed(*seq.flip_values(3, 0, 20), m) < 200  # delta -0.15: soon FAILs
+
+
+def test_each_bound_at_its_own_level() -> None:
+    """(lower level, upper level): a PASS side at alpha and a FAIL side at a share of it (evalsuite.gate.family)."""
+    v, w = seq.flip_values(6, 0, 40)
+    lo, hi = seq.diff_cs(v, w, (0.05, 0.0025))
+    assert lo == seq.diff_cs(v, w, 0.05)[0] and hi == seq.diff_cs(v, w, 0.0025)[1] > seq.diff_cs(v, w)[1]
+    assert seq.proportion_cs(9, 40, (0.001, 0.05)) == (seq.proportion_cs(9, 40, 0.001)[0],
+                                                       seq.proportion_cs(9, 40)[1])
+    m = (1 - 0.05) / 2  # Δ = -0.15 vs max_drop 0.05: the FAIL side (upper bound) decides it
+    assert seq.more_needed(v, w, m, (0.05, 0.0025)) > seq.more_needed(v, w, m) > 0
+    assert seq.more_needed(v, w, m, (0.0025, 0.05)) == seq.more_needed(v, w, m)  # the other side's level: no matter
+    n = 40 + seq.more_needed(v, w, m, (0.05, 0.0025))
+    assert seq.decided(v, w * n / 40, m, (0.05, 0.0025)) and not seq.decided(v, w * (n - 1) / 40, m, (0.05, 0.0025))
