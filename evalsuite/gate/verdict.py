@@ -227,17 +227,21 @@ def _variant_checks(variant: str, idx: Mapping[tuple[str, str, str], PairedStats
                     tasks: Sequence[str], known: Sequence[str], expected: Sequence[str] = ()) -> list[CheckResult]:
     checks: list[CheckResult] = []
     pools: list[tuple[PairedStats, float]] = []
+    ready = 0  # pooled tasks with at least min_samples pairs
     for task in tasks:
         targets = [(ALL, policy.thresholds(task))] + [(r.name, policy.thresholds(task, r))
                                                       for r in policy.slices(task)]
         for slice_name, th in targets:
             st = idx.get((variant, task, slice_name))
             checks += slice_checks(st, th, fam) if st else [_missing(variant, task, slice_name, th, known, expected)]
-            if st is not None and slice_name == ALL and th.max_drop is not None and st.n >= max(th.min_samples, 1):
+            if st is not None and slice_name == ALL and th.max_drop is not None and st.n > 0:
                 pools.append((st, th.max_drop))
+                ready += st.n >= max(th.min_samples, 1)
     passed = all(c.verdict == "PASS" for c in checks if c.check == "max_drop" and c.slice == ALL)
+    # The pooled bet runs over every pair of every task from its first one (a product over all pairs: a
+    # supermartingale however the tasks were drawn); it is looked at once two tasks have min_samples pairs.
     level = fam.level(POOLED, ALL, CHECK) if len(pools) > 1 else fam.alpha  # under two tasks: no pooled check
-    pooled = pooled_check(variant, pools, passed, level, fam.alpha)
+    pooled = pooled_check(variant, pools, passed, level, fam.alpha) if ready > 1 else None
     return checks + ([pooled] if pooled is not None else [])
 
 

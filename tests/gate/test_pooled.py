@@ -93,3 +93,18 @@ def test_continuous_tasks_enter_with_their_differences() -> None:
     assert c is not None and c.n == 80 and "(n=80, 60 with a side right)" in c.reason
     assert c.observed == pytest.approx(((-0.125 + 0.05) * 40 + (-0.1 + 0.05) * 40) / 80)
     assert pooled_check("q", [(cont, 0.05)], tasks_passed=False) is None  # one task: its own check suffices
+
+
+def test_the_pooled_bet_counts_every_pair_from_a_tasks_first_one() -> None:
+    """A task below min_samples still bets in the pool (its pairs are not held back and added later, which would
+    not be a supermartingale step); the check shows once two tasks have min_samples pairs."""
+    base = [r for r in recs("bf16", 40, {}) if r.task in ("code", "json") or int(r.sample_id.split("-")[1]) < 4]
+    var = [r for r in recs("q", 40, {"code": 4, "json": 4, "needle": 2})
+           if r.task in ("code", "json") or int(r.sample_id.split("-")[1]) < 4]
+    g = gate_run(base, {"q": var}, {}, POLICY, set(TASKS))[1]
+    (p,) = [c for c in g.checks if c.check == "pooled_max_drop"]
+    assert p.n == 40 + 40 + 4 + 4 and dict(p.pools)["needle"] == 4  # reasoning and needle: 4 pairs, below 10
+    two_short = [r for r in base if r.task != "json" or int(r.sample_id.split("-")[1]) < 4]
+    g = gate_run(two_short, {"q": [r for r in var if r.task != "json" or int(r.sample_id.split("-")[1]) < 4]}, {},
+                 POLICY, set(TASKS))[1]
+    assert not [c for c in g.checks if c.check == "pooled_max_drop"]  # only code has min_samples pairs
