@@ -53,7 +53,7 @@ def test_nothing_imports_ray_without_flag():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-@pytest.mark.slow
+@pytest.mark.server  # a local Ray instance
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (pip install '.[ray]')")
 def test_ray_matches_in_process_and_survives_killed_worker(tmp_path):
     from evalsuite.scale.ray_backend import RayBackend

@@ -14,7 +14,7 @@ import pytest
 from evalsuite.errors import EvalsuiteError
 from evalsuite.served.endpoint import EndpointClient, EndpointSpec, parse_endpoint, parse_logprobs
 from evalsuite.served.endpoint_kld import position_kl, topk_kld
-from tests.llama_server import free_port, llama_cpp_missing, llama_server
+from tests.llama_server import free_port
 
 
 def test_parse_endpoint_names_and_errors():
@@ -96,19 +96,7 @@ def test_server_down_is_one_line_exit_2(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing written
 
 
-# ---- a real llama.cpp server: f16 KV cache vs q8_0 / q4_0 KV caches -------------------------------------------
-
-@pytest.fixture(scope="module")
-def servers():
-    reason = llama_cpp_missing()
-    if reason:
-        pytest.skip(reason)
-    from evalsuite.models.embedded import embedded_gguf
-
-    gguf = embedded_gguf()
-    with llama_server(gguf, "f16") as f16, llama_server(gguf, "q8_0") as q8, llama_server(gguf, "q4_0") as q4:
-        yield {"f16": f16, "q8_0": q8, "q4_0": q4}
-
+# ---- a real llama.cpp server: f16 KV cache vs q8_0 / q4_0 KV caches (the session's llama_servers) ----------
 
 def _config(servers, **kw):
     from evalsuite.core.config import RunConfig
@@ -118,7 +106,7 @@ def _config(servers, **kw):
                      tasks=["needle", "json"], limit=3,
                      task_params={"needle": {"kinds": ["single"], "context_lens": [512], "depths": [0.2, 0.5, 0.8],
                                              "value_types": ["number"]},
-                                  "json": {"n": 3, "max_new_tokens": 96}}, **kw)
+                                  "json": {"n": 3, "max_new_tokens": 32}}, **kw)  # 32: KLD rows, not JSON
 
 
 def execute_endpoint(config, run_dir, resume):
@@ -129,11 +117,10 @@ def execute_endpoint(config, run_dir, resume):
     return execute(config, run_dir, resume, make_backend(config, run_dir), progress=False, log=lambda s: None)
 
 
-@pytest.mark.slow
-def test_llama_server_kv_gate(servers, tmp_path):
+def test_llama_server_kv_gate(llama_servers, tmp_path):
     from evalsuite.gate.store_gate import gate_store
 
-    store = execute_endpoint(_config(servers), tmp_path / "run", resume=False)
+    store = execute_endpoint(_config(llama_servers), tmp_path / "run", resume=False)
     ids = {v: sorted((r.task, r.sample_id) for r in store.samples(v)) for v in ("f16", "q8_0", "q4_0")}
     assert ids["f16"] == ids["q8_0"] == ids["q4_0"] and len(ids["f16"]) == 6
     base = store.samples("f16")
@@ -146,13 +133,12 @@ def test_llama_server_kv_gate(servers, tmp_path):
     assert set(gated.gate.variant_verdicts) == {"q8_0", "q4_0"}
     assert set(gated.gate.variant_verdicts.values()) <= {"PASS", "FAIL", "INCONCLUSIVE"}
     # resume: nothing is regenerated or duplicated, and greedy outputs are stable across a second pass
-    store2 = execute_endpoint(_config(servers), tmp_path / "run", resume=True)
+    store2 = execute_endpoint(_config(llama_servers), tmp_path / "run", resume=True)
     assert len(store2.samples()) == 18 and len(store2.kld("q4_0")) == 6
 
 
-@pytest.mark.slow
-def test_llama_server_reruns_same_samples(servers, tmp_path):
-    cfg = _config(servers, kld=False)
+def test_llama_server_reruns_same_samples(llama_servers, tmp_path):
+    cfg = _config(llama_servers, kld=False)
     cfg.variants, cfg.tasks = [], ["json"]
     a = execute_endpoint(cfg, tmp_path / "a", resume=False)
     b = execute_endpoint(cfg, tmp_path / "b", resume=False)

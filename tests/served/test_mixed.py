@@ -14,7 +14,6 @@ import torch
 
 from evalsuite.served.kld import align_answer, partition_kl
 from evalsuite.served.pairing import token_mismatch
-from tests.llama_server import llama_cpp_missing, llama_server
 
 
 def test_partition_kl_known_values():
@@ -104,22 +103,16 @@ def test_tokenizer_mismatch_is_refused_before_generation(tmp_path):
 
 
 @pytest.mark.embedded
-@pytest.mark.slow
-def test_mixed_run_gates_a_llama_server_variant(tmp_path):
-    reason = llama_cpp_missing()
-    if reason:
-        pytest.skip(reason)
+def test_mixed_run_gates_a_llama_server_variant(llama_servers, tmp_path):
     from evalsuite.cli.backends import make_backend
     from evalsuite.gate.store_gate import gate_store
-    from evalsuite.models.embedded import embedded_gguf
     from evalsuite.core.config import RunConfig
     from evalsuite.run.pipeline import execute
     from evalsuite.served.kld import METHOD
 
-    with llama_server(embedded_gguf(), "f16") as url:
-        cfg = RunConfig(model="default", variants=[f"openai:{url}#q4_1"], tasks=["reasoning"], limit=2)
-        run_dir = tmp_path / "run"
-        store = execute(cfg, run_dir, False, make_backend(cfg, run_dir), progress=False, log=lambda s: None)
+    cfg = RunConfig(model="default", variants=[f"openai:{llama_servers['f16']}#q4_1"], tasks=["reasoning"], limit=2)
+    run_dir = tmp_path / "run"
+    store = execute(cfg, run_dir, False, make_backend(cfg, run_dir), progress=False, log=lambda s: None)
     ids = {v: sorted(r.sample_id for r in store.samples(v)) for v in ("bf16", "q4_1")}
     assert ids["bf16"] == ids["q4_1"] and len(ids["bf16"]) == 2
     assert all(r.output for r in store.samples("q4_1"))
