@@ -83,10 +83,11 @@ browser:
 # docs/testing.md. PYTEST_ARGS adds to pytest's command line (e.g. PYTEST_ARGS="-x tests/served").
 STEP_TIMES := .cache/make-test-steps
 PYTEST_ARGS ?=
-# pytest-xdist workers (0: one process). Tests that share a server go to one worker (tests/suite_checks.py), so each
-# server still starts once; torch gets cores / workers threads in each (tests/conftest.py).
+# pytest-xdist workers (0: one process), each given whole modules (--dist loadscope): the tests of a server live in
+# one module (tests/suite_checks.py checks it), so each server still starts once per run, and module fixtures are
+# built once; torch gets one thread per worker (tests/conftest.py).
 PYTEST_WORKERS ?= 2
-XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadgroup)
+XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadscope)
 TEST_ENV = EVALSUITE_VLLM_TESTS=1 EVALSUITE_STEP_TIMES=$(STEP_TIMES) \
   EVALSUITE_VLLM_PYTHON="$${EVALSUITE_VLLM_PYTHON:-$(abspath $(VLLM_VENV))/bin/python}" \
   EVALSUITE_LLMC_PYTHON="$${EVALSUITE_LLMC_PYTHON:-$(abspath $(LLMC_VENV))/bin/python}"

@@ -7,7 +7,12 @@ in ``make test-fast`` must stay cheap, and ``make test`` shows what its set-up s
 * A test without a heavy marker (``HEAVY_MARKS``) that spends more than ``EVALSUITE_TEST_CPU_BUDGET_S`` CPU-seconds
   (its body, its function- and module-scoped fixtures and the subprocesses it waits for; session fixtures are
   shared and not counted) fails, naming the budget: mark it, or make it cheaper. CPU time, not wall time, so a
-  busy machine does not trip it; the budget is several times what the cheap tests cost on a slow 2-core CPU.
+  busy machine does not trip it. The budget (20 CPU-s) is ten times the costliest unmarked test measured on a
+  2-core Xeon, room for a slower CPU and for one-off costs a test may happen to pay first (a module's import, a
+  font cache); tests that cost more than ~2 CPU-s there are marked ``slow``, which keeps ``make test-fast`` near
+  2 minutes.
+* Every test using a server fixture (``SERVER_FIXTURES``) lives in one module, or collection stops: pytest-xdist
+  (``--dist loadscope``) gives whole modules to a worker, so each server starts once per run.
 * ``EVALSUITE_STEP_TIMES`` (set by ``make test``): a file of ``NAME SECONDS`` lines that the summary prints with
   the machine's CPU flags, next to pytest's ``--durations``.
 """
@@ -24,10 +29,10 @@ HEAVY_MARKS = ("embedded", "server", "vllm", "llmc", "slow")
 #: fixtures whose users get a marker: the embedded model, real servers, llm-compressor artifacts
 HEAVY_FIXTURES = {"embedded": "embedded", "vllm_servers": "vllm", "vllm_python_path": "vllm",
                   "llama_servers": "server", "llmc_artifacts": "llmc"}
-#: session fixtures that start servers: with pytest-xdist (``--dist loadgroup``) their users share one worker, so
-#: each server starts once per run
-GROUPS = {"vllm_servers": "vllm", "vllm_python_path": "vllm", "llmc_artifacts": "llmc", "llama_servers": "llama"}
-CPU_BUDGET_S = float(os.environ.get("EVALSUITE_TEST_CPU_BUDGET_S", "30"))
+#: session fixtures that start servers (or make artifacts): every test using one lives in one module, so that
+#: pytest-xdist's ``--dist loadscope`` (whole modules to one worker) starts each once per run
+SERVER_FIXTURES = ("vllm_servers", "llama_servers", "llmc_artifacts")
+CPU_BUDGET_S = float(os.environ.get("EVALSUITE_TEST_CPU_BUDGET_S", "20"))
 
 
 def cpu_seconds() -> float:
@@ -36,16 +41,20 @@ def cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    modules: dict[str, set[str]] = {f: set() for f in SERVER_FIXTURES}
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for fixture in used & HEAVY_FIXTURES.keys():
             if not item.get_closest_marker(HEAVY_FIXTURES[fixture]):
                 item.add_marker(HEAVY_FIXTURES[fixture])
-        group = next((GROUPS[f] for f in sorted(used & GROUPS.keys())), None)
-        if group and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group))
+        for fixture in used & modules.keys():
+            modules[fixture].add(item.nodeid.split("::")[0])
+    spread = {f: sorted(m) for f, m in modules.items() if len(m) > 1}
+    if spread:
+        raise pytest.UsageError(f"tests using a server fixture must live in one module (pytest-xdist would start it "
+                                f"once per worker): {spread}")
 
 
 def heavy(item: pytest.Item) -> bool:

@@ -31,6 +31,7 @@ def _probe(env: dict[str, str]) -> list[str]:
     return out.stdout.split()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="torch without MKL")
 def test_importing_evalsuite_makes_float32_matmuls_batch_invariant() -> None:
     """A fresh process that imports evalsuite first runs MKL in strict mode, and the float32 probe passes at

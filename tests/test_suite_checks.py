@@ -1,6 +1,7 @@
 """The suite's own checks (tests/suite_checks.py): `make test-fast`'s marker expression leaves out every test that
-uses the embedded model or a server, even one its author did not mark, and a cheap-tier test over the CPU budget
-fails. Run on a throwaway test folder in a pytest subprocess that loads the same hooks."""
+uses the embedded model or a server, even one its author did not mark; a cheap-tier test over the CPU budget
+fails; a server's tests spread over two modules are refused. Run on a throwaway test folder in a pytest subprocess
+that loads the same hooks."""
 from __future__ import annotations
 
 import os
@@ -8,6 +9,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.suite_checks import HEAVY_FIXTURES, HEAVY_MARKS
 
@@ -65,6 +68,7 @@ def test_fast_marks_leave_out_every_heavy_marker_and_each_is_registered():
     assert all(f'"{m}:' in pyproject for m in HEAVY_MARKS) and set(HEAVY_FIXTURES.values()) <= set(HEAVY_MARKS)
 
 
+@pytest.mark.slow
 def test_unmarked_users_of_heavy_fixtures_are_marked_and_an_expensive_cheap_test_fails(tmp_path):
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_x.py").write_text(TESTS)
@@ -77,3 +81,6 @@ def test_unmarked_users_of_heavy_fixtures_are_marked_and_an_expensive_cheap_test
     run = pytest_in(tmp_path, "-m", fast_marks(), budget="0.3")
     assert run.returncode == 1 and "1 failed, 1 passed" in run.stdout, run.stdout
     assert "test_burns_cpu spent" in run.stdout and "over the 0.3 CPU-s budget" in run.stdout, run.stdout
+    (tmp_path / "test_y.py").write_text("def test_also_uses_a_server(llama_servers):\n    pass\n")
+    spread = pytest_in(tmp_path, "--co")  # a second module using the same server: xdist would start it twice
+    assert spread.returncode == 4 and "must live in one module" in spread.stderr + spread.stdout, spread.stderr

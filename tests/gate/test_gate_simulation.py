@@ -66,6 +66,7 @@ def multi(sim):
                for i, sc in enumerate(m.scenarios())]
 
 
+@pytest.mark.slow
 def test_several_tasks_keep_both_error_rates(multi) -> None:
     _, rows = multi
     for sc, a, _ in rows:
@@ -74,6 +75,7 @@ def test_several_tasks_keep_both_error_rates(multi) -> None:
         assert (a["look_fail"] if wrong == 2 else a["look_pass"]).max() <= MARGIN, sc  # any single look
 
 
+@pytest.mark.slow
 def test_the_pooled_check_buys_power_on_a_drop_everywhere(multi) -> None:
     _, rows = multi
     for sc, a, plain in rows:
@@ -86,6 +88,7 @@ def test_the_pooled_check_buys_power_on_a_drop_everywhere(multi) -> None:
     assert np.mean(gained) > 0.05  # ~+10 points on average at 112 pairs per task
 
 
+@pytest.mark.slow
 def test_multi_bulk_agrees_with_gate_run(multi) -> None:
     m, rows = multi
     for sc, a, _ in rows[::3]:
@@ -93,6 +96,7 @@ def test_multi_bulk_agrees_with_gate_run(multi) -> None:
             assert m.replay(a["codes"], r, int(a["used"][r])) == int(a["verdict"][r]), sc
 
 
+@pytest.mark.slow
 def test_an_adaptive_allocation_keeps_false_fail_within_tolerance(multi) -> None:
     """Later rounds draw where a FAIL looks near (Rounds.quickest_first); made adversarial here (every draw to the
     task with the lowest observed margin), a variant within its tolerance on every task still rarely FAILs."""

@@ -47,6 +47,7 @@ class CrashOnceTask(CopyTask):
         return super().score(sample, output)
 
 
+@pytest.mark.slow
 def test_nothing_imports_ray_without_flag():
     code = ("import sys, evalsuite.run.pipeline, evalsuite.run.runner, evalsuite.cli.run_cmd, evalsuite.cli.backends; "
             "assert 'ray' not in sys.modules and not any(m.startswith('evalsuite.scale') for m in sys.modules)")
