@@ -6,8 +6,9 @@ import os
 import pytest
 import torch
 
-from tests.suite_checks import (pytest_collection_modifyitems, pytest_fixture_setup,  # noqa: F401 (hooks)
-                                pytest_runtest_makereport, pytest_runtest_setup, pytest_terminal_summary)
+from tests.suite_checks import (pytest_collection_finish, pytest_collection_modifyitems,  # noqa: F401 (hooks)
+                                pytest_fixture_setup, pytest_runtest_makereport, pytest_runtest_setup,
+                                pytest_terminal_summary)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

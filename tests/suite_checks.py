@@ -13,11 +13,13 @@ in ``make test-fast`` must stay cheap, and ``make test`` shows what its set-up s
   2 minutes.
 * Every test using a server fixture (``SERVER_FIXTURES``) lives in one module, or collection stops: pytest-xdist
   (``--dist loadscope``) gives whole modules to a worker, so each server starts once per run.
+* After collection everything built so far is frozen out of the garbage collector's sight (``gc.freeze``).
 * ``EVALSUITE_STEP_TIMES`` (set by ``make test``): a file of ``NAME SECONDS`` lines that the summary prints with
   the machine's CPU flags, next to pytest's ``--durations``.
 """
 from __future__ import annotations
 
+import gc
 import os
 import resource
 from pathlib import Path
@@ -55,6 +57,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if spread:
         raise pytest.UsageError(f"tests using a server fixture must live in one module (pytest-xdist would start it "
                                 f"once per worker): {spread}")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection built (torch, transformers, lm-eval, every test module: millions of objects) out of
+    the garbage collector's sight: the Runner's ``gc.collect()`` after each variant then walks only what tests made
+    (measured: 0.22 s per collect before, a quarter of tests/run/test_verified.py's CPU time)."""
+    gc.collect()
+    gc.freeze()
 
 
 def heavy(item: pytest.Item) -> bool:
