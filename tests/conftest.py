@@ -12,10 +12,23 @@ from evalsuite.mkl import choose_cbwr
 choose_cbwr()
 import torch  # noqa: E402
 
+from tests.suite_checks import (pytest_collection_finish, pytest_collection_modifyitems,  # noqa: F401 (hooks)
+                                pytest_fixture_setup, pytest_runtest_makereport, pytest_runtest_setup,
+                                pytest_terminal_summary)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+#: torch threads for the embedded model: at most 2 per test process, the cores shared among pytest-xdist's workers
+THREADS = max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+torch.set_num_threads(THREADS)
+
+
+@pytest.fixture(autouse=True)
+def torch_threads(request):
+    """One thread for the tiny models (a second only waits on the first: measured ~5x the CPU for the same run of a
+    tiny-model test), ``THREADS`` for tests marked ``embedded``."""
+    torch.set_num_threads(THREADS if request.node.get_closest_marker("embedded") else 1)
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +98,12 @@ def prepared(task=None, n: int = 6, seed: int = 1, **params):
     return [PreparedTask(task, p, task.gen_settings(p), task.samples(p, seed))]
 
 
+#: the speed probe of run_model's backend: the smallest shape that still yields a TTFT and an inter-token latency
+#: (the default, 4 x 64 prompt tokens + 16 new, costs more than a tiny model's whole run; the probe itself is
+#: tests/engine/test_speed.py's)
+TEST_PROBE = {"rows": 2, "prompt_tokens": 16, "new_tokens": 4}
+
+
 def run_model(loaded, run_dir, variants=("bf16",), tasks=None, batch_size: int = 4, kld: bool = True,
               store=None, noise_floor: bool = False, backend=None, baseline_source=None, log=None, **config_kw):
     """The one way tests run the Runner: ``loaded`` through an in-process backend (or ``backend``) into a store
@@ -92,6 +111,7 @@ def run_model(loaded, run_dir, variants=("bf16",), tasks=None, batch_size: int =
     store, marked finished."""
     from evalsuite.core.config import RunConfig
     from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.engine.speed import SpeedProbe
     from evalsuite.run.runner import Runner
     from evalsuite.core.store import Store
 
@@ -100,7 +120,7 @@ def run_model(loaded, run_dir, variants=("bf16",), tasks=None, batch_size: int =
                        tasks=[t.name for t in tasks], batch_size=batch_size, kld=kld, noise_floor=noise_floor,
                        **config_kw)
     store = store or Store.create(run_dir, config.to_dict())
-    backend = backend or InProcessBackend.of(loaded, seed=config.seed)
+    backend = backend or InProcessBackend.of(loaded, seed=config.seed, speed_probe=SpeedProbe(**TEST_PROBE))
     Runner(config, backend, tasks, store, progress=False, log=log or (lambda s: None),
            baseline_source=baseline_source).run(backend.variants(config.variants))
     store.set_meta({"finished": 1.0})

@@ -32,6 +32,7 @@ def _probe(env: dict[str, str]) -> list[str]:
     return out.stdout.split()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="torch without MKL")
 def test_the_command_line_makes_float32_matmuls_batch_invariant() -> None:
     """Importing evalsuite sets no mode; the command line's policies (``evalsuite.cli.main`` runs them before any

@@ -30,6 +30,7 @@ PROBE = ("import evalsuite, torch; from evalsuite.models.invariance import probe
          "print(probe(torch.bfloat16, ((576, 192), (576, 576), (576, 1536), (1536, 576), (576, 49152)), 64).ok)")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("amx_bf16" not in onednn.cpu_flags(), reason="this CPU has no AMX")
 def test_capping_onednn_below_amx_makes_bf16_matmuls_batch_invariant() -> None:
     """What docs/verification.md tells AMX users, checked on this machine at SmolLM2-135M's shapes."""

@@ -25,6 +25,7 @@ def _table_rows(table: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
 
 
+@pytest.mark.slow
 def test_tiny_cpu_table_has_every_row_and_the_plan_column(gpu_decode, tmp_path, monkeypatch):
     monkeypatch.delenv("OUT", raising=False)
     out = tmp_path / "decode.md"

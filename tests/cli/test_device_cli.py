@@ -14,6 +14,7 @@ from evalsuite.errors import EvalsuiteError
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 
 
+@pytest.mark.slow
 @no_cuda
 def test_run_on_a_missing_gpu_exits_2_with_one_line_and_no_run_folder(tmp_path):
     res = subprocess.run([sys.executable, "-c", "from evalsuite.cli import main; main()", "run", "--device",
@@ -64,6 +65,7 @@ def _run(folder, out, run_id, *extra):
     return CliRunner().invoke(run, args, standalone_mode=False)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the default is the CPU only where CUDA is absent")
 def test_device_cpu_stores_what_the_default_stores_and_resume_keeps_it(tiny_folder, tmp_path, monkeypatch):
     from evalsuite.core.store import Store

@@ -30,6 +30,7 @@ def stored_run(tiny, tmp_path):
     return run_model(tiny, tmp_path / "runs" / "r1", ("bf16", "w2g32"), tasks=prepared(n=4, seed=3))
 
 
+@pytest.mark.slow
 def test_gate_runs_without_torch_installed(stored_run, tmp_path):
     """`evalsuite gate` on a stored run works with torch and transformers made unimportable."""
     res = _cli("gate", str(stored_run.path.parent), "--no-report", cwd=tmp_path, block_torch=True)
@@ -49,6 +50,7 @@ def test_internal_error_is_exit_3_with_traceback_in_run_folder(stored_run, tmp_p
     assert "Traceback" in log and "TypeError" in log
 
 
+@pytest.mark.slow
 def test_bad_policy_is_refused_before_the_model_or_server(tmp_path):
     bad = tmp_path / "p.yaml"
     bad.write_text("tasks: {json: {metrics: {field_accuracy: {max_dorp: 0.1}}}}\n")

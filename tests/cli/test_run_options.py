@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from evalsuite.cli.run_cmd import task_options
 from tests.cli.test_exit_codes import _cli
 
@@ -16,6 +18,7 @@ def test_task_options_add_lm_eval_tasks_with_their_include_folder(tmp_path):
     assert task_options("code", (), ("x",), None) == (["code", "lm_eval:x"], {})
 
 
+@pytest.mark.slow
 def test_strict_and_growing_baselines_exclude_each_other_before_anything_runs(tmp_path: Path):
     res = _cli("run", "--baseline", str(tmp_path / "a"), "--store-baseline", str(tmp_path / "b"), "--out",
                str(tmp_path / "runs"), cwd=tmp_path)

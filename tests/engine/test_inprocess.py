@@ -24,6 +24,7 @@ class SampledCopyTask(CopyTask):
         return Score(value=sum(found) / len(found), metrics={"pass@1": sum(found) / len(found), "n": len(found)})
 
 
+@pytest.mark.slow
 def test_pass_at_k_generates_n_per_sample_deterministically(tiny, tmp_path):
     tasks = prepared(SampledCopyTask(), n=4)
     a = run_model(tiny, tmp_path / "a", tasks=tasks, kld=False)

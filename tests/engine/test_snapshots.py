@@ -40,6 +40,7 @@ def test_budget_bounds_what_is_kept():
     assert list(snaps.rows) == [(1, 2, 3, 4, 5)]
 
 
+@pytest.mark.slow
 def test_kld_from_generation_snapshot_matches_a_second_prefill(tiny, tmp_path):
     spec = "w4g64"
     tasks = prepared(n=5, stop_at_newline=False)

@@ -1,4 +1,6 @@
 """The fixed speed probe: identical prompts for every variant; its figures replace the quality run's medians."""
+import pytest
+
 from evalsuite.engine.inprocess import InProcessBackend
 from evalsuite.engine.speed import SpeedProbe
 from tests.conftest import prepared, run_model
@@ -11,6 +13,7 @@ def test_probe_prompts_are_fixed_windows(tokenizer):
     assert a[0] != a[1]
 
 
+@pytest.mark.slow
 def test_variants_record_the_probe_not_the_quality_run(tiny, tmp_path):
     probe = SpeedProbe(rows=2, prompt_tokens=24, new_tokens=5)
     backend = InProcessBackend.of(tiny, speed_probe=probe)

@@ -2,6 +2,7 @@
 snapshots, bounded by a byte budget; a stored baseline's later run prefills none of its stored prompts again."""
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import DynamicCache
 
@@ -87,6 +88,7 @@ def _fed_tokens(model):
     return fed, model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
+@pytest.mark.slow
 def test_a_stored_baselines_later_run_takes_its_prompt_kv_from_disk(tiny, tmp_path):
     """A new KV candidate against a stored baseline: the baseline's answers are imported, its prompts' K/V read
     from the disk beside them (not prefilled again), and the results are those of a recomputed prefill."""

@@ -41,6 +41,7 @@ def test_a_near_tie_follows_the_steps_choice_not_the_pass():
     assert (check.diverged, check.near_ties, check.stepped, check.checked) == (1, 1, 1, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_step_logits_are_the_decoders_own(fp32, w8, kind, monkeypatch):
     """Teacher-forced on the variant's own greedy answers, a step at position t gives the logits the variant's

@@ -160,6 +160,7 @@ def test_tails_diverging_at_different_positions_decode_as_the_variant_does(fp32,
     assert {v.decode for v in got} >= {"diverged@0", "diverged@3"}  # one batch holds tails from 0 and later
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["w8", "int4", "int8-r32", "w8+int4"])
 def test_tails_of_several_batches_decode_together_as_each_batch_alone(fp32, w8, kind):
     """Two batches checked apart, their tails decoded in one batch (``finish``): the same answers, stop reasons and
@@ -293,6 +294,7 @@ def test_invariant_pass_logits_are_the_decodes_bit_for_bit(invariant_models, kin
         assert torch.equal(f.logits(r)[: len(logits)], logits), (kind, r)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["w4", "int4", "int4-quantized-prefill", "w4+int4"])
 def test_invariant_verification_needs_no_margin(invariant_models, kind):
     """Verified against the baseline with the exact margin, the answers are the variant's own decode, and every

@@ -80,6 +80,7 @@ def fail_rate(m, res) -> float:
     return float(np.mean(m.at_budget(res, 240) == 2))
 
 
+@pytest.mark.slow
 def test_a_variant_at_every_tolerance_fails_at_most_alpha(multi) -> None:
     """Four tasks, every gated row exactly at its tolerance (5% churn), looks at 16, 48, 112, 240 pairs per task,
     stopped at the first decisive one, every verdict from evaluate_gate: under family_alpha the variant's false
@@ -90,6 +91,7 @@ def test_a_variant_at_every_tolerance_fails_at_most_alpha(multi) -> None:
     assert (runs[("per_check", 0.05)]["first"] < 4).any()  # some runs were decided early: stopping was exercised
 
 
+@pytest.mark.slow
 def test_per_check_alpha_breaks_the_same_bound(multi) -> None:
     """The test above can fail: on the same draws, eleven checks each at alpha (per_check) FAIL the variant more
     often than alpha + its error. At 5% the union's excess is within what 300 runs resolve (5-7% in the docs'
@@ -99,6 +101,7 @@ def test_per_check_alpha_breaks_the_same_bound(multi) -> None:
     assert fail_rate(m, runs[("per_check", 0.05)]) >= fail_rate(m, runs[("family_alpha", 0.05)])
 
 
+@pytest.mark.slow
 def test_the_family_guarantee_is_stated_and_named(multi) -> None:
     m, runs = multi
     g = m.gate_at(m.look_key(runs[("family_alpha", 0.05)]["codes"], 0, 240), "family_alpha")

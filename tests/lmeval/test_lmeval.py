@@ -100,6 +100,7 @@ def test_prepare_tasks_adds_lm_eval_tasks():
     assert task.name == "lm_eval:arith_qa" and [s.id for s in task.samples] == ["doc0", "doc1", "doc2"]
 
 
+@pytest.mark.slow
 def test_lm_eval_task_is_run_stored_gated_and_matches_lm_eval(tiny32, tmp_path):
     """`evalsuite run` on an lm-eval task: stored like a built-in task, gated, and the same outputs/scores as
     lm-eval itself gives with the `evalsuite` model (baseline and KV variant)."""
@@ -156,6 +157,7 @@ def test_export_writes_a_self_contained_lm_eval_task(tiny32, tmp_path):
     assert sample_from_doc(docs[1]) == task.samples[1]
 
 
+@pytest.mark.slow
 def test_exported_task_scores_like_evalsuite_run_baseline_and_kv_variant(tiny32, tmp_path):
     """Same per-sample outputs and scores through lm-eval (`evalsuite` model) as through `evalsuite run`."""
     from evalsuite.lmeval.export import export_task
@@ -229,6 +231,7 @@ def test_loglikelihood_rolling_matches_lm_eval_hf_backend(tiny32):
     assert ours == pytest.approx(theirs, abs=2e-3) and all(math.isfinite(x) and x < 0 for x in ours)
 
 
+@pytest.mark.slow
 def test_multiple_choice_task_through_lm_eval_with_kv_variant(tiny32):
     base = _simple_evaluate(_lm(tiny32, "bf16"), LMEVAL_DIR, "arith_mc")
     kv = _simple_evaluate(_lm(tiny32, "kv2g32r16"), LMEVAL_DIR, "arith_mc")

@@ -16,6 +16,7 @@ def test_expand_sweep():
         expand_sweep("w4g{32")
 
 
+@pytest.mark.slow
 def test_ablation_on_tiny_model(tiny, tmp_path):
     variants = ["bf16"] + expand_sweep("w4g{32,64}") + expand_sweep("kv{4,2}g16r16pq")
     store = run_model(tiny, tmp_path / "abl", variants, tasks=prepared(n=4, seed=0, stop_at_newline=False))

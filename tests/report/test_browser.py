@@ -140,6 +140,7 @@ def crafted_report() -> dict[str, Any]:
     return module.crafted_report()
 
 
+@pytest.mark.slow
 def test_report_page_loads_clean_and_filters(tmp_path):
     page = tmp_path / "index.html"
     page.write_text(render_html(crafted_report()), encoding="utf-8")
@@ -184,6 +185,7 @@ def _png_size(png: bytes) -> tuple[int, int]:
     return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
 
 
+@pytest.mark.slow
 def test_first_screen_leads_with_the_decision(tmp_path):
     """At 1280×800, without scrolling: one card per variant, fully visible, with its verdict and reasons, and the
     variants × tasks grid starts on screen. The screenshot goes to $REPORT_SCREENSHOT when set."""
@@ -230,6 +232,7 @@ NAME_BADGE_JS = """JSON.stringify(Array.from(document.querySelectorAll('.card'))
 }))"""
 
 
+@pytest.mark.slow
 def test_a_long_variant_name_does_not_run_into_its_badge(tmp_path):
     """w4g64+kv4g32r128 (and longer) beside its verdict badge: the name wraps, the badge stays whole and apart."""
     report = crafted_report()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from evalsuite.cli.run_cmd import accumulated
 from evalsuite.core.config import RunConfig
 from evalsuite.engine.inprocess import InProcessBackend
@@ -33,6 +35,7 @@ def test_the_folder_is_keyed_by_everything_but_the_budget_and_cap(tmp_path):
     assert accumulate_id(_config(model=str(model))) != first
 
 
+@pytest.mark.slow
 def test_a_second_invocation_continues_the_run_under_its_new_budget(tiny, tmp_path):
     scored: list[str] = []
     counted = type("Counted", (BigCopyTask,), {"score": lambda self, s, o: scored.append(s.id) or
@@ -59,6 +62,7 @@ def test_a_second_invocation_continues_the_run_under_its_new_budget(tiny, tmp_pa
     assert len(second.samples("noop")) == drawn
 
 
+@pytest.mark.slow
 def test_accumulate_with_resume_or_run_id_is_one_line_exit_2(tmp_path):
     for extra in (["--resume", "x"], ["--run-id", "x"]):
         res = subprocess.run([sys.executable, "-c", "from evalsuite.cli import main; main()", "run", "--accumulate",

@@ -97,6 +97,7 @@ def test_mismatch_names_the_field_and_recomputes(tiny, tmp_path, pinned):
     assert len(task.scored) == 4  # generated afresh
 
 
+@pytest.mark.slow
 def test_batching_is_part_of_the_key_only_without_invariant_kernels(tiny, tmp_path, pinned):
     """Batch-invariant kernels: a baseline stored at batch 4 serves a run at batch 2 (it would answer the same);
     other kernels: the batch size is a mismatch."""

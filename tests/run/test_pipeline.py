@@ -18,6 +18,7 @@ def stored_run(tiny, tmp_path):
     return run_model(tiny, tmp_path / "runs" / "r1", variants, tasks=prepared(n=12, seed=3))
 
 
+@pytest.mark.slow
 def test_noop_variant_has_no_flips_and_zero_kld(stored_run):
     gated = gate_store(stored_run)
     noop = [s for s in gated.stats if s.variant == "noop" and s.slice == "all"][0]
@@ -32,6 +33,7 @@ def test_noop_variant_has_no_flips_and_zero_kld(stored_run):
     assert w2.kld_mean > 1e-3 and w2.top1_agreement <= 1
 
 
+@pytest.mark.slow
 def test_report_files_are_written(stored_run, tmp_path):
     gated = gate_store(stored_run)
     out = write_report(stored_run, gated, tmp_path / "reports")
@@ -48,6 +50,7 @@ def _cli(*args, cwd):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_gate_exit_codes(stored_run, tmp_path):
     run_dir = str(stored_run.path.parent)
     strict = tmp_path / "strict.yaml"
@@ -63,6 +66,7 @@ def test_cli_gate_exit_codes(stored_run, tmp_path):
     assert res.returncode == 2 and "not found" in res.stderr
 
 
+@pytest.mark.slow
 def test_cli_bad_input_writes_nothing(tmp_path):
     res = _cli("run", "--variants", "bf16,w3", "--out", str(tmp_path / "runs"), cwd=tmp_path)
     assert res.returncode == 2 and "valid forms" in res.stderr and len(res.stderr.strip().splitlines()) == 1

@@ -44,6 +44,7 @@ def _execute(tiny, run_dir, policy, resume=False, **kw):
                    log=lambda s: None, registry=_registry(), decide=store_decider(policy))
 
 
+@pytest.mark.slow
 def test_rounds_stop_each_variant_when_decided(tiny, tmp_path, policy):
     store = _execute(tiny, tmp_path / "r", policy)
     meta = store.meta()
@@ -64,6 +65,7 @@ def test_rounds_stop_each_variant_when_decided(tiny, tmp_path, policy):
                                                                        for c in gated.gate.checks]
 
 
+@pytest.mark.slow
 def test_budget_stops_and_resume_continues(tiny, tmp_path, policy):
     store = _execute(tiny, tmp_path / "b", policy, budget_s=1e-9)
     assert store.meta()["stop_reason"].startswith("budget") and store.meta()["drawn"]["copy"] == 20
@@ -114,6 +116,7 @@ def test_rounds_take_the_cheapest_task_first(tiny, tmp_path):
     assert [t.name for t in runner.tasks] == ["long", "short"]
 
 
+@pytest.mark.slow
 def test_a_failed_variant_skips_the_rest_of_the_round(tiny, tmp_path, policy):
     other = type("OtherCopy", (BigCopyTask,), {"name": "other"})
     reg = _registry()
@@ -176,6 +179,7 @@ def test_a_check_heading_to_a_fail_goes_first():
     assert [t.name for t in runner.tasks][:2] == ["near", "cheap"]
 
 
+@pytest.mark.slow
 def test_a_check_out_of_reach_of_max_samples_stops_drawing(tiny, tmp_path, policy):
     lines = []
     config = RunConfig(model="tiny", variants=["bf16", "w4g64"], tasks=["copy"], batch_size=8, max_samples=40,
@@ -243,6 +247,7 @@ def test_the_pooled_check_keeps_its_tasks_open():
     assert pairs_to_decide(gate, "v", "a") == pairs_to_decide(gate, "v", "b") == 20  # its 40, shared by pairs
 
 
+@pytest.mark.slow
 def test_budget_alone_runs_rounds_and_a_stored_baseline_grows(tiny, tmp_path, policy):
     """A second run regenerates no stored baseline answer and asks the baseline only for new samples."""
     import json
@@ -279,6 +284,7 @@ def test_budget_alone_runs_rounds_and_a_stored_baseline_grows(tiny, tmp_path, po
     assert manifest["tasks"]["copy"]["seconds_per_sample"] == pytest.approx(cost[0] / cost[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, says", [(["--max-samples", "0"], "--max-samples"),
                                         (["--budget", "0"], "bad --budget"),
                                         (["--budget", "-5m"], "bad --budget"),
@@ -371,6 +377,7 @@ def test_a_short_budget_goes_to_the_variant_nearest_a_decision():
     assert "kv" not in stopped
 
 
+@pytest.mark.slow
 def test_variants_are_built_before_their_first_task_is_timed(tiny, tmp_path, policy, monkeypatch):
     """A variant's one-off build (quantizing its weights) is not counted as the cost of its first task's pairs."""
     from evalsuite.run.rounds import Rounds

@@ -12,6 +12,7 @@ from tests.toytask import CopyTask
 VARIANTS = ("bf16", "w8", "kv4g32r16")
 
 
+@pytest.mark.slow
 def test_every_variant_sees_identical_samples_and_is_stored(tiny, tmp_path):
     store = run_model(tiny, tmp_path / "a", VARIANTS)
     by_variant = {v: store.samples(v) for v in VARIANTS}
@@ -26,6 +27,7 @@ def test_every_variant_sees_identical_samples_and_is_stored(tiny, tmp_path):
     assert store.meta()["kld_method"].startswith("teacher-forced")
 
 
+@pytest.mark.slow
 def test_greedy_rerun_is_identical(tiny, tmp_path):
     a = run_model(tiny, tmp_path / "a")
     b = run_model(tiny, tmp_path / "b")
@@ -58,6 +60,7 @@ class ArmedCopyTask(CopyTask):
         return super().score(sample, output)
 
 
+@pytest.mark.slow
 def test_resume_after_crash_loses_and_repeats_nothing_committed(tiny, tmp_path):
     task = ArmedCopyTask()
     tasks = prepared(task)
@@ -89,6 +92,7 @@ def test_changed_fingerprint_is_refused(tiny, tmp_path):
         run_model(other, None, store=store)
 
 
+@pytest.mark.slow
 def test_a_variant_identical_to_the_baseline_takes_its_answers_which_recomputing_reproduces(tokenizer, tmp_path):
     from evalsuite.run.runner import SAME_AS_BASELINE
     from tests.variants.test_identical import on_int4_grid

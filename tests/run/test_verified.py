@@ -21,6 +21,7 @@ def fp32_tiny(tokenizer):
     return wrap_model(make_tiny_model(len(tokenizer), dtype=torch.float32), tokenizer, name="tiny32")
 
 
+@pytest.mark.slow
 def test_verified_runs_store_the_answers_regeneration_gives(tokenizer, tmp_path):
     loaded = fp32_tiny(tokenizer)
     tasks = prepared(n=8, seed=2)
@@ -45,6 +46,7 @@ def test_verified_runs_store_the_answers_regeneration_gives(tokenizer, tmp_path)
     assert len(kld) == 8 and all(k.method == "verify-pass" and len(k.token_kld) == k.n_tokens for k in kld.values())
 
 
+@pytest.mark.slow
 def test_rows_without_token_ids_regenerate(tiny, tmp_path):
     """A store written before token ids were kept: its baseline rows are not verified against."""
     tasks = prepared(n=4, seed=2)
@@ -75,6 +77,7 @@ def test_the_audit_fraction_is_seeded_per_sample():
     assert not any(audited(7, s, 0.0) for s in ids) and all(audited(7, s, 1.0) for s in ids)
 
 
+@pytest.mark.slow
 def test_an_audit_fraction_outside_0_1_is_exit_2(tmp_path):
     code = "from evalsuite.cli import main\nmain()"
     res = subprocess.run([sys.executable, "-c", code, "run", "--verify-audit", "1.5", "--out", str(tmp_path / "runs")],
@@ -83,6 +86,7 @@ def test_an_audit_fraction_outside_0_1_is_exit_2(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_the_report_says_how_answers_were_obtained(tokenizer, tmp_path):
     from evalsuite.gate.store_gate import gate_store
     from evalsuite.report.build import report_model
@@ -98,6 +102,7 @@ def test_the_report_says_how_answers_were_obtained(tokenizer, tmp_path):
     assert "4 regenerated" in render_markdown(report)
 
 
+@pytest.mark.slow
 def test_bf16_weight_only_variants_regenerate_only_without_invariant_kernels(tiny, tmp_path):
     """``--verify auto`` (the backend's ``verify_bf16=False``) verifies every greedy variant on batch-invariant
     kernels; on other kernels (here SDPA) it regenerates a weight-only variant in bf16 compute and says why, and
@@ -157,6 +162,7 @@ def _count_takes(monkeypatch):
     return served
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verify_weights", [True, False])
 def test_a_kv_sibling_verifies_from_the_weight_only_variants_prompt_kv(tiny, tmp_path, monkeypatch, verify_weights):
     """w4g32's prefills (its verification pass, or its generation and KLD when it regenerates) keep their prompt
@@ -181,6 +187,7 @@ def test_a_kv_sibling_verifies_from_the_weight_only_variants_prompt_kv(tiny, tmp
     assert {r.decode.split("@")[0] for r in kept.samples("w4g32+kv4g32r8")} <= {"verified", "diverged"}
 
 
+@pytest.mark.slow
 def test_a_kv_sibling_run_after_its_weight_only_variant_is_released_still_takes_its_prompt_kv(tiny, tmp_path,
                                                                                               monkeypatch):
     """A run that takes one variant at a time releases w4g32 (and runs a KV-only variant) before
@@ -202,6 +209,7 @@ def test_a_kv_sibling_run_after_its_weight_only_variant_is_released_still_takes_
     assert not any(ok for owner, ok in served if owner == "w8")
 
 
+@pytest.mark.slow
 def test_the_baselines_side_is_computed_once_per_sample_across_variants(tokenizer, tmp_path, monkeypatch):
     """A weight-only variant's passes are batched by prompt + answer (it prefills), a KV-only one's by answer:
     the baseline's log-probs are still computed once per sample, and the answers are regeneration's."""

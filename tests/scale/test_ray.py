@@ -47,13 +47,14 @@ class CrashOnceTask(CopyTask):
         return super().score(sample, output)
 
 
+@pytest.mark.slow
 def test_nothing_imports_ray_without_flag():
     code = ("import sys, evalsuite.run.pipeline, evalsuite.run.runner, evalsuite.cli.run_cmd, evalsuite.cli.backends; "
             "assert 'ray' not in sys.modules and not any(m.startswith('evalsuite.scale') for m in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-@pytest.mark.slow
+@pytest.mark.server  # a local Ray instance
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray not installed (pip install '.[ray]')")
 def test_ray_matches_in_process_and_survives_killed_worker(tmp_path):
     from evalsuite.scale.ray_backend import RayBackend

@@ -3,7 +3,11 @@ llm-compressor artifacts in ``.venv-llmc``. ``make test`` builds both venvs and 
 ``-m vllm`` / ``-m llmc`` (``make test-vllm``) select them too. A bare ``pytest`` deselects them (not skips), so a
 checkout without the side venvs still runs the rest. When selected they never skip for want of set-up: a missing
 venv or a server that does not start fails the tests, with the one line that says why (the fp8-KV KLD test skips
-on a CPU vLLM cannot run an FP8 KV cache on: ``variant_text``). Each server starts once per test session."""
+on a CPU vLLM cannot run an FP8 KV cache on: ``variant_text``). Each server starts once per test session.
+
+Tests using ``llama_servers`` (real llama.cpp servers, marked ``server`` by tests/suite_checks.py) run wherever
+llama-cpp-python[server] is installed (``make server-deps``; ``make test`` installs it) and share one set of servers
+per session."""
 from __future__ import annotations
 
 import os
@@ -12,14 +16,11 @@ from typing import Iterator
 
 import pytest
 
+from tests.llama_server import llama_cpp_missing, llama_server
+
 SIDE_MARKS = ("vllm", "llmc")
 #: how long a session's server may take to get healthy (CPU start-up is 1-5 min under load)
 STARTUP_S = float(os.environ.get("EVALSUITE_VLLM_TEST_STARTUP_S", "900"))
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "vllm: needs real vLLM servers (make vllm; run by make test)")
-    config.addinivalue_line("markers", "llmc: needs llm-compressor's venv (make llmc; run by make test)")
 
 
 def _wanted(config: pytest.Config) -> bool:
@@ -43,6 +44,20 @@ def base_folder() -> str:
     from evalsuite.models.embedded import converted_folder, embedded_gguf
 
     return str(converted_folder(embedded_gguf()))
+
+
+@pytest.fixture(scope="session")
+def llama_servers() -> Iterator[dict[str, str]]:
+    """Base URLs of llama.cpp servers serving the embedded GGUF with an f16, a q8_0 and a q4_0 KV cache, started
+    once per session and shared by every test that needs one (skipped where llama-cpp-python is not installed)."""
+    reason = llama_cpp_missing()
+    if reason:
+        pytest.skip(reason)
+    from evalsuite.models.embedded import embedded_gguf
+
+    gguf = embedded_gguf()
+    with llama_server(gguf, "f16") as f16, llama_server(gguf, "q8_0") as q8, llama_server(gguf, "q4_0") as q4:
+        yield {"f16": f16, "q8_0": q8, "q4_0": q4}
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ LLMC_PYTHON = os.environ.get("EVALSUITE_LLMC_PYTHON", str(ROOT / ".venv-llmc" / 
 
 
 @pytest.fixture(scope="session")
-def artifacts(base_folder: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def llmc_artifacts(base_folder: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Both schemes made once per session (a missing venv or a failed recipe fails, with its last line)."""
     if not Path(LLMC_PYTHON).is_file():
         pytest.fail(f"no llm-compressor venv ({LLMC_PYTHON}): run `make llmc`", pytrace=False)
@@ -36,14 +36,14 @@ def artifacts(base_folder: str, tmp_path_factory: pytest.TempPathFactory) -> dic
 
 
 @pytest.mark.parametrize("scheme, fmt, bits", [("w8a8", "int-quantized", 8), ("w4a16", "pack-quantized", 4)])
-def test_artifact_is_compressed_tensors(artifacts: dict, base_folder: str, scheme: str, fmt: str,
+def test_artifact_is_compressed_tensors(llmc_artifacts: dict, base_folder: str, scheme: str, fmt: str,
                                         bits: int) -> None:
     from transformers import AutoTokenizer
 
     from evalsuite.served.vllm.sizes import served_weight_bytes
     from evalsuite.variants.artifact import pairing_problem
 
-    folder = artifacts[scheme]
+    folder = llmc_artifacts[scheme]
     q = json.loads((folder / "config.json").read_text())["quantization_config"]
     assert q["quant_method"] == "compressed-tensors" and q["format"] == fmt
     assert q["config_groups"]["group_0"]["weights"]["num_bits"] == bits
@@ -55,7 +55,7 @@ def test_artifact_is_compressed_tensors(artifacts: dict, base_folder: str, schem
     assert pairing_problem(AutoTokenizer.from_pretrained(base_folder), AutoTokenizer.from_pretrained(folder)) is None
 
 
-def test_artifacts_gate_in_process(artifacts: dict, tmp_path: Path) -> None:
+def test_artifacts_gate_in_process(llmc_artifacts: dict, tmp_path: Path) -> None:
     """``ckpt:`` compressed-tensors artifacts gated in-process (transformers + compressed-tensors in evalsuite's
     venv): both load, generate, and get teacher-forced KLD rows against the bf16 baseline."""
     from evalsuite.cli.backends import make_backend
@@ -63,9 +63,9 @@ def test_artifacts_gate_in_process(artifacts: dict, tmp_path: Path) -> None:
     from evalsuite.core.store import Store
     from evalsuite.run.pipeline import execute
 
-    names = {s: f"llmc-{s}" for s in artifacts}
-    config = RunConfig(variants=[f"ckpt:{artifacts[s]}#{names[s]}" for s in artifacts], tasks=["reasoning"],
-                       limit=2, batch_size=2)
+    names = {s: f"llmc-{s}" for s in llmc_artifacts}
+    config = RunConfig(variants=[f"ckpt:{llmc_artifacts[s]}#{names[s]}" for s in llmc_artifacts],
+                       tasks=["reasoning"], limit=2, batch_size=2)
     run_dir = tmp_path / "run"
     execute(config, run_dir, False, make_backend(config, run_dir), progress=False, log=lambda _: None).close()
     store = Store.open(run_dir)

@@ -1,4 +1,5 @@
-"""Mixed runs: an in-process baseline next to a served (llama.cpp) variant; served teacher-forced KLD; pairing."""
+"""Mixed runs: served teacher-forced KLD and pairing (an in-process baseline next to a real llama.cpp variant:
+test_llama_live.py)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,6 @@ import torch
 
 from evalsuite.served.kld import align_answer, partition_kl
 from evalsuite.served.pairing import token_mismatch
-from tests.llama_server import llama_cpp_missing, llama_server
 
 
 def test_partition_kl_known_values():
@@ -87,6 +87,7 @@ class _WrongVocab(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_tokenizer_mismatch_is_refused_before_generation(tmp_path):
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _WrongVocab)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
@@ -101,40 +102,6 @@ def test_tokenizer_mismatch_is_refused_before_generation(tmp_path):
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "'other' cannot be paired" in lines[0] and "tokenizer differs" in lines[0], p.stderr
     assert _WrongVocab.completions == 0 and not any(tmp_path.iterdir())
-
-
-@pytest.mark.embedded
-@pytest.mark.slow
-def test_mixed_run_gates_a_llama_server_variant(tmp_path):
-    reason = llama_cpp_missing()
-    if reason:
-        pytest.skip(reason)
-    from evalsuite.cli.backends import make_backend
-    from evalsuite.gate.store_gate import gate_store
-    from evalsuite.models.embedded import embedded_gguf
-    from evalsuite.core.config import RunConfig
-    from evalsuite.run.pipeline import execute
-    from evalsuite.served.kld import METHOD
-
-    with llama_server(embedded_gguf(), "f16") as url:
-        cfg = RunConfig(model="default", variants=[f"openai:{url}#q4_1"], tasks=["reasoning"], limit=2)
-        run_dir = tmp_path / "run"
-        store = execute(cfg, run_dir, False, make_backend(cfg, run_dir), progress=False, log=lambda s: None)
-    ids = {v: sorted(r.sample_id for r in store.samples(v)) for v in ("bf16", "q4_1")}
-    assert ids["bf16"] == ids["q4_1"] and len(ids["bf16"]) == 2
-    assert all(r.output for r in store.samples("q4_1"))
-    # the served variant saw exactly the baseline's rendered prompt
-    base = {r.sample_id: r.prompt for r in store.samples("bf16")}
-    assert all(r.prompt == base[r.sample_id] for r in store.samples("q4_1"))
-    kld = store.kld("q4_1")
-    assert len(kld) == 2 and {k.method for k in kld} == {METHOD}
-    assert all(k.n_tokens >= 1 and len(k.token_kld) == k.n_tokens and 0 <= k.top1_agree <= k.n_tokens for k in kld)
-    assert all(math.isfinite(x) and x >= 0 for k in kld for x in k.token_kld)
-    assert store.kld_methods() == {"q4_1": {METHOD: 2}} and "served" in store.meta()["kld_method"]
-    info = {v.variant: v for v in store.variant_infos().values()}["q4_1"]
-    assert info.weight_bytes == 0 and info.fingerprint.startswith("endpoint:")
-    gated = gate_store(store)
-    assert gated.variants == ["q4_1"] and gated.gate.variant_verdicts["q4_1"] in {"PASS", "FAIL", "INCONCLUSIVE"}
 
 
 def test_vllm_style_echo_parses_and_aligns():

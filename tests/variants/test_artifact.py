@@ -60,6 +60,7 @@ def test_artifact_takes_no_weight_quantization(art):
         variant_from_dict({"artifact": str(art), "weights": {"fmt": "int", "bits": 8}})
 
 
+@pytest.mark.slow
 def test_bytes_and_fingerprint_come_from_the_artifact(tiny, art):
     v = build_variant(tiny, parse_variant(f"ckpt:{art}"))
     header = safetensors_header(art / "model.safetensors")
@@ -74,6 +75,7 @@ def test_bytes_and_fingerprint_come_from_the_artifact(tiny, art):
     assert artifact_fingerprint(str(other)) != v.fingerprint  # same values, other bytes: another artifact
 
 
+@pytest.mark.slow
 def test_other_tokenizer_or_chat_template_is_refused(tiny, tmp_path):
     from evalsuite.engine.inprocess import InProcessBackend
 
@@ -86,6 +88,7 @@ def test_other_tokenizer_or_chat_template_is_refused(tiny, tmp_path):
         build_variant(tiny, parse_variant(f"ckpt:{vocab}#renamed"))
 
 
+@pytest.mark.slow
 def test_artifact_gated_in_process(tiny, art, tmp_path):
     from tests.conftest import prepared, run_model
 
@@ -98,6 +101,7 @@ def test_artifact_gated_in_process(tiny, art, tmp_path):
     assert kld["same"] < 1e-4 and kld["kv"] > kld["same"]
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_changed_artifact(tiny, art, tmp_path):
     from evalsuite.errors import StoreMismatch
     from tests.conftest import prepared, run_model

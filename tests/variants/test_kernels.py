@@ -52,6 +52,7 @@ def test_unknown_kernels_is_refused(tiny):
         build_variant(tiny, parse_variant("w8"), kernels="fast")
 
 
+@pytest.mark.slow
 def test_run_records_how_weights_executed(tiny, tmp_path):
     from tests.conftest import prepared, run_model
 
