@@ -39,7 +39,7 @@ GATE_ACCUMULATE ?= --accumulate
 # anything else for `evalsuite run`, e.g. GATE_ARGS="--policy my-policy.yaml"
 GATE_ARGS ?=
 
-.PHONY: setup gate selftest test test-fast browser server-deps clean clean-cache vllm test-vllm llmc
+.PHONY: setup gate selftest test test-fast docs browser server-deps clean clean-cache vllm test-vllm llmc
 
 setup: $(VENV)/.installed
 
@@ -201,6 +201,10 @@ $(LLMC_VENV)/.installed:
 # each server once); `make test` runs them too.
 test-vllm: setup vllm llmc
 	$(TEST_ENV) $(PY) -m pytest -q -m "vllm or llmc" $(VLLM_TESTS)
+
+# docs/cli.md, generated from the click commands (tests/test_docs.py fails when it is stale).
+docs: setup
+	$(PY) -m evalsuite.cli.reference docs/cli.md
 
 clean:
 	rm -rf $(VENV) runs reports/*/ .pytest_cache
