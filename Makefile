@@ -102,7 +102,7 @@ test:
 # embedded model or starts a server without its marker). CI runs `make test`.
 FAST_MARKS := not embedded and not server and not slow and not vllm and not llmc
 test-fast: setup
-	$(PY) -m pytest -q $(XDIST) -m "$(FAST_MARKS)" --durations=10 $(PYTEST_ARGS)
+	EVALSUITE_TEST_CPU_BUDGET_ENFORCE=1 $(PY) -m pytest -q $(XDIST) -m "$(FAST_MARKS)" --durations=10 $(PYTEST_ARGS)
 
 # Built once per machine, not once per clone: the llama.cpp wheel and the vLLM and llm-compressor venvs live in the
 # user cache (EVALSUITE_CACHE: $XDG_CACHE_HOME/evalsuite, else ~/.cache/evalsuite), each in a folder named by a hash

@@ -6,8 +6,10 @@ in ``make test-fast`` must stay cheap, and ``make test`` shows what its set-up s
   author wrote.
 * A test without a heavy marker (``HEAVY_MARKS``) that spends more than ``EVALSUITE_TEST_CPU_BUDGET_S`` CPU-seconds
   (its body, its function- and module-scoped fixtures and the subprocesses it waits for; session fixtures are
-  shared and not counted) fails, naming the budget: mark it, or make it cheaper. CPU time, not wall time, so a
-  busy machine does not trip it. The budget (20 CPU-s) is ten times the costliest unmarked test measured on a
+  shared and not counted) is listed at the end of the run, naming the budget: mark it, or make it cheaper. It
+  fails only where the budget is enforced (``make test-fast`` sets ``EVALSUITE_TEST_CPU_BUDGET_ENFORCE=1``): a
+  slower CPU running ``make test`` (CI) is not a failing test. CPU time, not wall time, so a busy machine does not
+  trip it. The budget (20 CPU-s) is ten times the costliest unmarked test measured on a
   2-core Xeon, room for a slower CPU and for one-off costs a test may happen to pay first (a module's import, a
   font cache); tests that cost more than ~2 CPU-s there are marked ``slow``, which keeps ``make test-fast`` near
   2 minutes.
@@ -35,6 +37,9 @@ HEAVY_FIXTURES = {"embedded": "embedded", "vllm_servers": "vllm", "vllm_python_p
 #: pytest-xdist's ``--dist loadscope`` (whole modules to one worker) starts each once per run
 SERVER_FIXTURES = ("vllm_servers", "llama_servers", "llmc_artifacts")
 CPU_BUDGET_S = float(os.environ.get("EVALSUITE_TEST_CPU_BUDGET_S", "20"))
+#: whether a test over the budget fails (``make test-fast``) or is only listed in the summary (``make test``)
+ENFORCE_BUDGET = os.environ.get("EVALSUITE_TEST_CPU_BUDGET_ENFORCE", "") not in ("", "0")
+_OVER: list[str] = []
 
 
 def cpu_seconds() -> float:
@@ -97,10 +102,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     spent = cpu_seconds() - _COST["start"] - _COST["shared"]
     item.user_properties.append(("cpu_s", round(spent, 2)))  # junitxml writes it
     if report.passed and not heavy(item) and spent > CPU_BUDGET_S:
-        report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} spent {spent:.1f} CPU-s, over the {CPU_BUDGET_S:g} CPU-s budget of a "
-                           f"test that `make test-fast` runs: mark it ({', '.join(HEAVY_MARKS)}) or make it "
-                           f"cheaper (tests/suite_checks.py; EVALSUITE_TEST_CPU_BUDGET_S)")
+        why = (f"{item.nodeid} spent {spent:.1f} CPU-s, over the {CPU_BUDGET_S:g} CPU-s budget of a "
+               f"test that `make test-fast` runs: mark it ({', '.join(HEAVY_MARKS)}) or make it "
+               f"cheaper (tests/suite_checks.py; EVALSUITE_TEST_CPU_BUDGET_S)")
+        if ENFORCE_BUDGET:
+            report.outcome, report.longrepr = "failed", why
+        else:
+            report.sections.append(("CPU budget", why))
+            _OVER.append(why)
 
 
 def machine_line() -> str:
@@ -120,6 +129,12 @@ def machine_line() -> str:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    over = _OVER + [text for r in terminalreporter.stats.get("passed", []) for name, text in r.sections
+                    if name == "CPU budget" and text not in _OVER]  # xdist: the workers' reports
+    if over:
+        terminalreporter.write_sep("=", f"{len(over)} unmarked test(s) over the CPU budget (not failed)")
+        for line in over:
+            terminalreporter.write_line(line)
     path = os.environ.get("EVALSUITE_STEP_TIMES")
     if not path or not Path(path).is_file():
         return

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFTEST = '''
 import pytest
 from tests.suite_checks import (pytest_collection_modifyitems, pytest_fixture_setup,  # noqa: F401
-                                pytest_runtest_makereport, pytest_runtest_setup)
+                                pytest_runtest_makereport, pytest_runtest_setup, pytest_terminal_summary)
 
 @pytest.fixture(scope="session")
 def embedded():
@@ -53,8 +53,9 @@ def fast_marks() -> str:
     return marks.strip()
 
 
-def pytest_in(folder: Path, *args: str, budget: str = "30") -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALSUITE_TEST_CPU_BUDGET_S": budget}
+def pytest_in(folder: Path, *args: str, budget: str = "30", enforce: str = "1") -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALSUITE_TEST_CPU_BUDGET_S": budget,
+           "EVALSUITE_TEST_CPU_BUDGET_ENFORCE": enforce}
     env.pop("PYTEST_ADDOPTS", None)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                            "--rootdir", str(folder), *args], cwd=folder, env=env, capture_output=True, text=True,
@@ -81,6 +82,9 @@ def test_unmarked_users_of_heavy_fixtures_are_marked_and_an_expensive_cheap_test
     run = pytest_in(tmp_path, "-m", fast_marks(), budget="0.3")
     assert run.returncode == 1 and "1 failed, 1 passed" in run.stdout, run.stdout
     assert "test_burns_cpu spent" in run.stdout and "over the 0.3 CPU-s budget" in run.stdout, run.stdout
+    listed = pytest_in(tmp_path, "-m", fast_marks(), budget="0.3", enforce="")  # make test: listed, not failed
+    assert listed.returncode == 0 and "2 passed" in listed.stdout, listed.stdout
+    assert "over the CPU budget (not failed)" in listed.stdout and "test_burns_cpu spent" in listed.stdout
     (tmp_path / "test_y.py").write_text("def test_also_uses_a_server(llama_servers):\n    pass\n")
     spread = pytest_in(tmp_path, "--co")  # a second module using the same server: xdist would start it twice
     assert spread.returncode == 4 and "must live in one module" in spread.stderr + spread.stdout, spread.stderr
