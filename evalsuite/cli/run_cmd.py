@@ -125,7 +125,7 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
     from evalsuite.cli.common import set_run_dir
     from evalsuite.gate.decide import store_decider
     from evalsuite.gate.policy import load_policy
-    from evalsuite.run.pipeline import execute, new_run_id
+    from evalsuite.run.pipeline import execute, new_run_id, process_started
     from evalsuite.core.store import resolve_run_dir, score_table
     from evalsuite.variants.spec import split_specs
 
@@ -164,7 +164,8 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
         make_backend(config, run_dir, ray_address)
     store = execute(config, run_dir, resume=bool(resume), backend=backend,
                     progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None,
-                    decide=store_decider(policy), grow_baseline=store_baseline is not None)
+                    decide=store_decider(policy), grow_baseline=store_baseline is not None,
+                    started=process_started())
     click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
     header, rows = score_table(store)
     click.echo(table(rows, header))

@@ -29,7 +29,24 @@ def decision(gate: GateResult) -> Decision:
     open_ = {v: {t: pairs_to_decide(gate, v, t) for t in tasks} for v, tasks in tasks_of.items()}
     failing = {v: {t: n for t in tasks if (n := pairs_to_decide(gate, v, t, leans_fail))}
                for v, tasks in tasks_of.items()}
-    return Decision(dict(gate.variant_verdicts), open_, {v: t for v, t in failing.items() if t})
+    return Decision(dict(gate.variant_verdicts), open_, {v: t for v, t in failing.items() if t},
+                    pooled_failing(gate))
+
+
+def pooled_failing(gate: GateResult) -> dict[str, dict[str, int]]:
+    """variant -> task -> pairs its open pooled check needs, when that check heads to a FAIL (observed mean
+    margin below its threshold 0), for the pooled tasks whose own ``max_drop`` check heads to a FAIL: drawing
+    them moves the pooled bound towards the FAIL it heads to."""
+    out: dict[str, dict[str, int]] = {}
+    beyond = {(c.variant, c.task) for c in gate.checks
+              if c.check == "max_drop" and c.slice == "all" and heads_to_fail(c.check, c.observed, c.threshold)}
+    for c in gate.checks:
+        if (c.task == POOLED and c.verdict == "INCONCLUSIVE" and c.more_needed and c.observed < c.threshold
+                and gate.variant_verdicts.get(c.variant) != "FAIL"):
+            tasks = {t: c.more_needed for t, _ in c.pools if (c.variant, t) in beyond}
+            if tasks:
+                out[c.variant] = tasks
+    return out
 
 
 def leans_fail(check: CheckResult) -> bool:

@@ -17,10 +17,23 @@ def new_run_id() -> str:
     return time.strftime("run-%Y%m%d-%H%M%S")
 
 
+def process_started() -> float:
+    """``time.monotonic()`` at this process's start (Linux: /proc; elsewhere: now), so a ``--budget`` counts the
+    interpreter's start, the imports and the model's load too."""
+    import os
+
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        age = float(Path("/proc/uptime").read_text().split()[0]) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.monotonic()
+    return time.monotonic() - max(0.0, age)
+
+
 def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, progress: bool = True,
             log: Callable[[str], None] = print, baselines: Path | None = None,
             strict_baseline: bool = False, registry: Registry | None = None, decide: Decide | None = None,
-            grow_baseline: bool = False) -> Store:
+            grow_baseline: bool = False, started: float | None = None) -> Store:
     """Prepare identical samples, load the model once, run baseline then variants into the run's store.
 
     Everything that can be refused (variant specs, task names and parameters) is checked before the model
@@ -28,7 +41,8 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
     ``config.max_samples`` or ``config.budget_s`` the run goes in sequential rounds (``evalsuite.run.rounds``) that
     ask ``decide`` what is still open (the CLI passes ``evalsuite.gate.decide.store_decider(policy)``); a resumed
     one continues from the samples it had drawn (its wall-clock budget starts afresh). ``grow_baseline``: the
-    baseline's answers are stored back under ``baselines`` (stored ones kept, new ones added)."""
+    baseline's answers are stored back under ``baselines`` (stored ones kept, new ones added). ``started``: when the
+    budget's clock started (``time.monotonic()``; the CLI passes ``process_started()``; default: now)."""
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.run.rounds import Rounds
     from evalsuite.tasks.registry import default_registry
@@ -44,7 +58,8 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
         if decide is None and len(variants) > 1:
             raise ValueError("a sequential run of variants needs a decision function (decide=)")
         rounds = Rounds(max_samples=config.max_samples, round_size=config.round_size, budget_s=config.budget_s,
-                        decide=decide, log=log, batch_size=config.batch_size)
+                        decide=decide, log=log, batch_size=config.batch_size,
+                        started=time.monotonic() if started is None else started)
     try:
         identity = backend.load()
         store = Store.open(run_dir) if resume else Store.create(run_dir, config.to_dict())

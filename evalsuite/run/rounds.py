@@ -1,35 +1,27 @@
-"""Sequential rounds: draw samples in rounds, re-gate after each, keep sampling only where undecided; the
-wall-clock budget, not a sample count, ends the run.
+"""Sequential runs: look after look, each drawn where a decision is cheapest, re-gated after every chunk; the
+wall-clock budget of the whole command, not a sample count, ends the run.
 
-Round 1 runs the first ``round_size`` samples of every task's stream (stratified over the task's slices, the same
-samples for every variant). After each round the run is decided by the injected ``decide`` (the CLI passes
-``evalsuite.gate.decide.store_decider``: the run gated as ``evalsuite gate`` would gate it). A (variant,
-task) whose checks are decided stops asking for samples, a variant that FAILs stops entirely, and the next round
-draws more samples only for the tasks some variant still needs (the baseline answers them; decided variants skip
-them). A (variant, task) stops drawing only when its quickest open check cannot be decided in what is left: its
-``more_needed`` (``Decision.open``, from ``evalsuite.gate.decide.pairs_to_decide``, which counts the variant's
-pooled check as open on every task it pools) times the measured seconds per pair of that variant and task, plus
-its share of the baseline's seconds per sample
-(the baseline answers a sample once for all the variants that need it), exceeds the budget left; or the samples
-exceed the safety cap (``max_samples``; default each stream's size, or ``DEFAULT_CAP`` for an endless one).
-Draws grow geometrically (``GROWTH``, from ``round_size``), are sized to what the open checks ask for, rounded up
-to whole decode batches, and cut to what the budget left affords at the measured seconds per sample; when that
-cannot give every variant wanting a task its need, the variant nearest a decision draws and the others sit the
-round out on that task (``draws.joining``). The run ends
-when nothing is open, when no open task can grow, or when the budget is spent (no new (variant, task) starts; a
-generation in progress stops after its current batch). The first round takes the tasks cheapest first (by the
-seconds per sample measured in this process: a fresh process keeps the ``--tasks`` order, so list first the task
-most likely to FAIL a variant, as ``make gate`` lists needle); later
-rounds take, and draw, first the tasks where a check heading to a FAIL is open (``Decision.failing``), then the
-rest, each by the seconds its quickest open check needs to decide (``quickest_first``), so what is left of the
-budget goes where a decision is nearest. Every round is re-gated after every task, so a failing variant stops
-as soon as it FAILs.
-The meta says why each (variant, task) stopped (``stopped``) and what a pair cost (``seconds_per_pair``).
+Each look asks the gate (the injected ``decide``: the CLI passes ``evalsuite.gate.decide.store_decider``, the run
+gated as ``evalsuite gate`` would gate it) what is open, prices every open check's need in seconds
+(``run.schedule``: the variant's measured seconds per pair plus its share of the baseline's) and draws the task
+whose decision is cheapest: first a check heading to a FAIL that is in reach of the budget, then first looks
+(``round_size`` pairs of a task), then the rest towards a PASS, geometrically growing (``draws.GROWTH``) in whole
+decode batches. Other variants wanting the same task join the draw while the budget covers them. A want that
+costs more than the budget left, or more pairs than the cap (``max_samples``; default each stream's size, or
+``DEFAULT_CAP``), is out of reach: it is said once and recorded (``out_of_reach``, ``stopped``).
+
+A look runs in chunks of one decode batch (a task's first chunk, while its cost is unmeasured, ``PROBE``
+samples): the baseline answers a chunk only when the chunk's predicted seconds fit in what is left, and every
+variant of the draw then pairs it, so the baseline answers nothing no variant draws. The budget counts from
+``started`` (the CLI passes the process's start: loading and building count) and holds back ``END_SHARE`` of it
+(at most ``END_MAX_S``) for what follows the draws: the speed probes, the gate and the report.
 
 Why this keeps its error rates: the gate decides on anytime-valid confidence sequences (evalsuite.stats, docs/
-gate.md), valid at every n simultaneously, so looking after every task and stopping on a decision, an estimate or
-a budget does not inflate them; samples come in each stream's fixed order, never selected on outcomes. A re-gate
-of the stored run sees exactly the pairs the run stopped with. ``--resume`` continues from ``drawn``.
+gate.md), valid at every n simultaneously and under any stopping rule; the choice of task depends on what was
+seen, but within a task samples come in the stream's fixed order, never selected on outcomes, so each pair's bet
+is fair under the null whichever task it came from (docs/gate.md, "Sequential runs"). A re-gate of the stored run
+sees exactly the pairs the run stopped with. ``--resume`` continues from ``drawn``.
+The meta says why each (variant, task) stopped (``stopped``) and what a pair cost (``seconds_per_pair``).
 """
 from __future__ import annotations
 
@@ -41,8 +33,13 @@ from evalsuite.core.costs import RunCosts
 from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.run.backend import Backend, VariantRef
-from evalsuite.run.draws import DEFAULT_CAP, draw_size, joining, task_cap, whole_batches
+from evalsuite.run.draws import task_cap
 from evalsuite.run.prepare import PreparedTask
+from evalsuite.run.schedule import Book, Draw, Want, choose, order, price, reach, wants
+
+PROBE = 4  #: samples in a task's first chunk while its cost is unmeasured (a first needle chunk is dear)
+END_SHARE = 0.05  #: share of the budget held back for the speed probes, the gate and the report
+END_MAX_S = 60.0  #: at most this many seconds of it
 
 
 class RoundsRunner(Protocol):
@@ -62,9 +59,8 @@ class RoundsRunner(Protocol):
 
     def out_of_time(self) -> bool: ...
     def copies_baseline(self, variant: VariantRef) -> bool: ...
-    def cost_per_sample(self, task: str) -> float | None: ...
     def set_deadline(self, deadline: float | None) -> None: ...
-    def reorder(self, names: Sequence[str]) -> None: ...
+    def set_limits(self, limits: dict[str, int]) -> None: ...
 
 
 @dataclass
@@ -72,12 +68,13 @@ class Rounds:
     """How a sequential run draws samples; ``drive`` runs it on a Runner."""
 
     max_samples: int | None = None  # safety cap per task (None: each stream's size, or DEFAULT_CAP)
-    round_size: int = 16
-    budget_s: float | None = None
+    round_size: int = 16  # a task's first look
+    budget_s: float | None = None  # the whole command's wall clock, from ``started``
     decide: Decide | None = None  # what is still open (evalsuite.gate.decide); needed with more than a baseline
     log: Callable[[str], None] = print
-    batch_size: int = 1  # draws are rounded up to whole decode batches
-    started: float = field(default_factory=time.monotonic)
+    batch_size: int = 1  # a look runs in chunks of one decode batch
+    started: float = field(default_factory=time.monotonic)  # the CLI passes the process's start
+    reserve_s: float | None = None  # held back for what follows the draws (speed probes, report); None: END_SHARE
     stop_reason: str = ""
     capped: dict[str, str] = field(default_factory=dict)  # task -> why it could not draw more
     out_of_reach: dict[str, dict[str, int]] = field(default_factory=dict)  # variant -> task -> pairs still needed
@@ -85,48 +82,55 @@ class Rounds:
     costs: RunCosts = field(default_factory=RunCosts)  # measured seconds per pair, what a stored baseline holds
     caps: dict[str, int] = field(default_factory=dict)  # task -> its cap
     steps: dict[str, int] = field(default_factory=dict)  # task -> its last draw
-    failing: dict[str, dict[str, int]] = field(default_factory=dict)  # the last Decision.failing
+    looks: int = 0
+    spent: bool = False  # a chunk did not fit in the budget left: the budget is as good as spent
 
     def drive(self, runner: RoundsRunner, variants: Sequence[VariantRef]) -> None:
-        """Rounds until decided, capped or out of budget; the final state is stored in the run's meta."""
-        tasks = {t.name for t in runner.tasks}
-        active = {v.name: set(tasks) for v in variants[1:]} or {variants[0].name: set(tasks)}
-        state = runner.store.state()
-        n_round, source = int(state.rounds), runner.baseline_source
+        """Looks until decided, capped or out of budget; the final state is stored in the run's meta."""
+        state, source, base = runner.store.state(), runner.baseline_source, variants[0].name
+        self.looks = int(state.rounds)
         self.caps = {t.name: task_cap(t, self.max_samples) for t in runner.tasks}
         held = ({t.name: source.held(t, runner.backend.settings()) for t in runner.tasks}
                 if source is not None else {})
         self.costs = replace(RunCosts.from_state(state), stored=held)  # what the store holds now, not at the last run
-        if self.budget_s is not None:
-            runner.set_deadline(self.started + self.budget_s)
-        needs: dict[str, dict[str, int]] | None = None  # after a round: variant -> task -> pairs still needed
-        if n_round and len(variants) > 1:  # resumed: only what is still open (a FAILed variant has no samples due)
-            active = self._still_open(runner, variants)
-        self.build(runner, [v for v in variants[1:] if v.name in active])
+        runner.set_deadline(self.end())
+        self.build(runner, variants[1:])
         while True:
-            n_round += 1
-            if needs is None:  # later rounds are ordered (quickest_first) when they are drawn
-                self.cheapest_first(runner)
-            self.one_round(runner, variants, active)
-            self._store(runner, n_round)
-            if runner.out_of_time():
-                self.stop_reason = f"budget of {self.budget_s:g} s spent"
-                self._mark(active, "budget spent")
+            if self.out_of_time(runner):
+                self._budget_spent(variants)
                 break
-            active = needs = self._still_open(runner, variants)
-            if not active:
-                reach = any(self.out_of_reach.values())
-                self.stop_reason = "every check decided" + (" or out of reach" if reach else "")
+            decision = self.decision(runner) if len(variants) > 1 else None
+            book = self.book(runner, variants)
+            found = price(book, wants(book, decision))
+            self._note_decided(decision, book)
+            ranked = order([w for w in found if self._reachable(book, w)], book.tasks)
+            if not ranked:
+                self.stop_reason = self._why_done(found)
                 break
-            self.quickest_first(runner, needs, variants[0].name)
-            if not self.draw(runner, needs, variants[0].name):
-                self.stop_reason = "sample cap reached: " + ", ".join(f"{t} ({why})" for t, why in
-                                                                      sorted(self.capped.items()))
-                self._mark(active, "cap reached")
+            draw = choose(book, ranked, self.budget_left(), self.steps.get(ranked[0].task, 0))
+            self.looks += 1
+            ran = self.look(runner, variants, draw)
+            self._store(runner)
+            if not ran and not self.out_of_time(runner):
+                self.stop_reason = f"no new pairs on {draw.task}: " + (self.capped.get(draw.task) or "nothing ran")
                 break
-            self._import_baseline(runner, variants[0].name, set().union(*active.values()))
-        self._store(runner, n_round)
-        self.log(f"sequential run: {n_round} round(s); stopped: {self.stop_reason}")
+        self._store(runner)
+        self.log(f"sequential run: {self.looks} look(s); stopped: {self.stop_reason}")
+
+    def end(self) -> float | None:
+        """When no new look or chunk may start: the budget's end less what the end of the command needs."""
+        if self.budget_s is None:
+            return None
+        reserve = self.reserve_s if self.reserve_s is not None else min(END_MAX_S, END_SHARE * self.budget_s)
+        return self.started + self.budget_s - reserve
+
+    def budget_left(self) -> float | None:
+        """Seconds left before ``end`` (None: no budget)."""
+        end = self.end()
+        return None if end is None else end - time.monotonic()
+
+    def out_of_time(self, runner: RoundsRunner) -> bool:
+        return self.spent or runner.out_of_time()
 
     @staticmethod
     def build(runner: RoundsRunner, variants: Sequence[VariantRef]) -> None:
@@ -137,67 +141,86 @@ class Rounds:
         for variant in variants:
             runner.copies_baseline(variant)
 
-    @staticmethod
-    def cheapest_first(runner: RoundsRunner) -> None:
-        """Order the tasks by their measured cost per sample (tasks not measured yet keep their place, first),
-        so a budget cuts the expensive tasks and a failing variant is found on a cheap one."""
-        names = [t.name for t in runner.tasks]
-        runner.reorder(sorted(names, key=lambda n: (runner.cost_per_sample(n) or 0.0, names.index(n))))
+    def book(self, runner: RoundsRunner, variants: Sequence[VariantRef]) -> Book:
+        """What the scheduler sees now (``run.schedule.Book``)."""
+        names = [v.name for v in variants]
+        samples = {t.name: {s.id for s in t.samples} for t in runner.tasks}
+        have = {v: {t: len(runner.store.done_ids(v, t) & ids) for t, ids in samples.items()} for v in names}
+        return Book(names[1:] or names[:1], [t.name for t in runner.tasks], have,
+                    {t: len(ids) for t, ids in samples.items()}, self.caps, self.costs, names[0],
+                    self.round_size, self.batch_size)
 
-    def quickest_first(self, runner: RoundsRunner, needs: dict[str, dict[str, int]], base: str) -> None:
-        """After a round: order the tasks by how near a decision their samples bring a variant, so what is left
-        of the budget goes there. First the tasks where a check heading to a FAIL (``Decision.failing``: its
-        estimate is already beyond its threshold) is open, since one such check deciding decides the variant; then
-        the rest. Within each, by the seconds the quickest open check needs to decide (``RunCosts.need_seconds``), its
-        pairs rounded up to whole decode batches as draws are (needle's 6 pairs cost a batch of 32 long prompts,
-        more than json's 29); a task no open variant needs goes last."""
-        names = [t.name for t in runner.tasks]
-        drawn = {t.name: len(t.samples) for t in runner.tasks}
-        sharing = {t: sum(t in n for n in needs.values()) for t in names}
+    def look(self, runner: RoundsRunner, variants: Sequence[VariantRef], draw: Draw) -> bool:
+        """One look: ``draw.task`` drawn up to its target (new samples in stream order), then paired chunk by chunk
+        of one decode batch: the baseline answers a chunk only when the chunk's predicted seconds fit in the
+        budget left, and every variant of the draw then pairs it (the baseline answers nothing no variant
+        draws); re-decided between chunks. True when a pair was stored."""
+        task = next(t for t in runner.tasks if t.name == draw.task)
+        if draw.target > len(task.samples):
+            added = task.draw(draw.target - len(task.samples))
+            if added == 0:
+                self.capped[task.name] = f"its {len(task.samples)} samples are all used"
+            self.steps[task.name] = added or self.steps.get(task.name, 0)
+            self._import_baseline(runner, variants[0].name, task)
+        self.log(f"look {self.looks}: {draw.task} to {min(draw.target, len(task.samples))} for "
+                 f"{', '.join(draw.variants)} ({draw.why})")
+        joined = [v for v in variants[1:] if v.name in draw.variants]
+        stored = len(runner.store.samples())
+        hi = min(draw.target, len(task.samples))
+        try:
+            self._chunks(runner, variants, joined, task, hi)
+        finally:
+            runner.set_limits({})
+        return len(runner.store.samples()) > stored
 
-        def seconds(task: str, among: dict[str, dict[str, int]]) -> float:
-            return min((self.costs.need_seconds(v, task, whole_batches(n[task], self.batch_size), sharing[task],
-                                                base, drawn[task])
-                        for v, n in among.items() if v in needs and task in n), default=float("inf"))
+    def _chunks(self, runner: RoundsRunner, variants: Sequence[VariantRef], joined: list[VariantRef],
+                task: PreparedTask, hi: int) -> None:
+        base = variants[0]
+        while joined or len(variants) == 1:
+            have = self.book(runner, variants).have
+            names = [base.name] + [v.name for v in joined]
+            lo = min(have[n][task.name] for n in names)
+            if lo >= hi:
+                return
+            known = all(self.costs.per_pair(n, task.name) > 0 or have[n][task.name] >= hi for n in names)
+            upto = min(hi, lo + (self.batch_size if known else min(PROBE, self.batch_size)))
+            upto = self._fit(names, task.name, have, lo, upto)
+            if upto <= lo:
+                self.spent = True
+                return
+            runner.set_limits({task.name: upto})
+            self._timed(runner, variants, base.name, task.name)
+            deadline = self.end()
+            runner.set_deadline(None)  # the chunk the baseline answered is paired by every variant of the draw
+            try:
+                for v in joined:
+                    self._timed(runner, variants, v.name, task.name)
+            finally:
+                runner.set_deadline(deadline)
+            if len(variants) == 1 or self.out_of_time(runner):
+                return
+            decision = self.decision(runner)
+            joined = [v for v in joined if v.name not in decision.failed and task.name in decision.open.get(v.name, {})]
 
-        def key(task: str) -> tuple[float, float, int]:
-            fail = seconds(task, self.failing)
-            return (0, fail, names.index(task)) if fail < float("inf") else (1, seconds(task, needs), names.index(task))
+    def _fit(self, names: list[str], task: str, have: dict[str, dict[str, int]], lo: int, upto: int) -> int:
+        """``upto`` cut to what the budget left affords at the measured seconds per pair (unmeasured: free)."""
+        left = self.budget_left()
+        if left is None:
+            return upto
+        per_sample = sum(self.costs.per_pair(n, task) for n in names[1:])
+        if have[names[0]][task] < upto and upto > self.costs.held(task):
+            per_sample += self.costs.base_rate(task, names[0])
+        if per_sample <= 0:
+            return upto if left > 0 else lo
+        return min(upto, lo + int(left // per_sample))
 
-        runner.reorder(sorted(names, key=key))
-
-    def one_round(self, runner: RoundsRunner, variants: Sequence[VariantRef], active: dict[str, set[str]]) -> None:
-        """A round task by task: the baseline, then every open variant, each timed (seconds per pair); a variant
-        the gate FAILs after a task skips the rest of the round (a FAIL on the sequences stands)."""
-        base = variants[0].name
-        for task in list(runner.tasks):
-            now = [v for v, tasks in active.items() if task.name in tasks]
-            if not now or runner.out_of_time():
-                continue
-            for name in [base] + [v for v in now if v != base]:
-                self._timed(runner, variants, name, task.name, {name: {task.name}})
-            if len(variants) > 1:
-                failed = self.failed(runner)
-                active = {v: tasks for v, tasks in active.items() if v not in failed}
-                for v in failed & set(now):
-                    self.stopped.setdefault(v, {})[task.name] = "variant FAILed"
-
-    def _timed(self, runner: RoundsRunner, variants: Sequence[VariantRef], name: str, task: str,
-               active: dict[str, set[str]]) -> None:
+    def _timed(self, runner: RoundsRunner, variants: Sequence[VariantRef], name: str, task: str) -> None:
         """``runner.round`` for one variant on one task, adding its seconds and new pairs to ``costs``."""
         before, t0 = len(runner.store.done_ids(name, task)), time.monotonic()
-        runner.round(variants, active, task_major=True)
+        runner.round(variants, {name: {task}}, task_major=True)
         pairs = len(runner.store.done_ids(name, task)) - before
         if pairs > 0:
             self.costs.add(name, task, time.monotonic() - t0, pairs)
-
-    def budget_left(self) -> float | None:
-        """Seconds of the budget left (None: no budget)."""
-        return self.started + self.budget_s - time.monotonic() if self.budget_s is not None else None
-
-    def failed(self, runner: RoundsRunner) -> set[str]:
-        """Variants the gate FAILs on what is stored so far."""
-        return self.decision(runner).failed
 
     def decision(self, runner: RoundsRunner) -> Decision:
         """``decide`` on what is stored so far."""
@@ -205,114 +228,56 @@ class Rounds:
             raise ValueError("Rounds with variants needs a decision function (evalsuite.gate.decide.store_decider)")
         return self.decide(runner.store)
 
-    def _still_open(self, runner: RoundsRunner, variants: Sequence[VariantRef]) -> dict[str, dict[str, int]]:
-        """variant -> {task: pairs its quickest open check needs}, for the tasks that can still be decided."""
-        if len(variants) < 2:
-            return {}
-        decision = self.decision(runner)
-        self.failing = {v: dict(t) for v, t in decision.failing.items()}
-        drawn = {t.name: len(t.samples) for t in runner.tasks}
-        needs = decision.open
-        for v in (v.name for v in variants[1:]):
-            for t in drawn:
-                if t not in needs.get(v, {}) and t not in self.stopped.get(v, {}):
-                    self.stopped.setdefault(v, {})[t] = f"decided ({decision.verdicts.get(v, '?')})"
-        sharing = {t: sum(t in n for n in needs.values()) for t in drawn}
-        out: dict[str, dict[str, int]] = {}
-        for v, per_task in needs.items():
-            fit = {t: need for t, need in per_task.items()
-                   if self.fits(v, t, need, drawn.get(t, 0), sharing[t], variants[0].name)}
-            if fit:
-                out[v] = fit
-        return out
-
-    def fits(self, variant: str, task: str, need: int, drawn: int, sharing: int, base: str) -> bool:
-        """Whether ``need`` more pairs fit in the cap and the budget left; else recorded, said once, and False."""
-        room = self.caps.get(task, DEFAULT_CAP) - drawn
-        seconds = self.costs.need_seconds(variant, task, need, sharing, base, drawn)
-        left = self.budget_left()
-        if need <= room and (left is None or seconds <= left):
-            self.out_of_reach.get(variant, {}).pop(task, None)
-            self.stopped.get(variant, {}).pop(task, None)
+    def _reachable(self, book: Book, w: Want) -> bool:
+        """Whether ``w`` is in reach; else recorded, said once, and False."""
+        why = reach(book, w, self.budget_left())
+        if not why:
+            self.out_of_reach.get(w.variant, {}).pop(w.task, None)
             return True
-        why = (f"~{need} more pairs, more than the cap of {self.caps.get(task)} leaves ({drawn} drawn)"
-               if need > room else f"~{need} more pairs take ~{seconds:.0f} s, more than the {max(left, 0):.0f} s "
-                                   "of budget left")
-        if self.out_of_reach.setdefault(variant, {}).get(task) is None:
-            self.log(f"{variant} · {task}: {why}: no more samples for it")
-        self.out_of_reach[variant][task] = need
-        self.stopped.setdefault(variant, {})[task] = "out of reach: " + why
+        full = why.endswith("is reached")
+        if full:
+            self.capped[w.task] = f"cap {self.caps.get(w.task)}"
+        if self.out_of_reach.setdefault(w.variant, {}).get(w.task) is None:
+            self.log(f"{w.variant} · {w.task}: {why}: no more samples for it")
+        self.out_of_reach[w.variant][w.task] = w.pairs
+        self.stopped.setdefault(w.variant, {})[w.task] = "cap reached" if full else "out of reach: " + why
         return False
 
-    def draw(self, runner: RoundsRunner, needs: dict[str, dict[str, int]], base: str) -> bool:
-        """Draw the next samples of every task an open variant needs, in the runner's (quickest-first) order;
-        False when none of them can grow. With a budget, a draw is cut to what the budget left affords at the
-        measured seconds per sample (the baseline's and every variant's that joins it), after the draws before
-        it: whole batches where they fit, never fewer than the first variant's need (which ``fits`` checked).
-        When the budget cannot give every variant its need, ``joining`` picks who runs the draw; the others sit
-        this round out on that task (removed from ``needs``, the round's ``active``) and run the samples later."""
-        grew, left = False, self.budget_left()
-        for task in runner.tasks:
-            wants = {v: need[task.name] for v, need in needs.items() if task.name in need}
-            if not wants or task.name in self.capped:
-                continue
-            room = self.caps.get(task.name, DEFAULT_CAP) - len(task.samples)
-            k = draw_size(max(wants.values()), self.steps.get(task.name, self.round_size), self.batch_size, room)
-            if room <= 0:
-                self.capped[task.name] = f"cap {self.caps.get(task.name)}"
-                continue
-            if left is not None:
-                drawn = len(task.samples)
-                order = self.priority(task.name, wants, base, drawn)
-                seconds = {v: self.costs.per_pair(v, task.name) for v in order}
-                base_s = self.costs.base_seconds(task.name, k, drawn, base) / max(k, 1)  # per sample, over the draw
-                chosen, afford = joining(order, wants, seconds, base_s, left, k)
-                if grew and afford < wants[chosen[0]]:
-                    continue  # the draws before it took what is left; next round, if any
-                k = min(k, max(afford, wants[chosen[0]], 1))
-                left -= self.costs.base_seconds(task.name, k, drawn, base) + k * sum(seconds[v] for v in chosen)
-                self._defer(needs, task.name, [v for v in order if v not in chosen], chosen[0])
-            if task.draw(k) == 0:
-                self.capped[task.name] = f"its {len(task.samples)} samples are all used"
-                continue
-            self.steps[task.name], grew = k, True
-        return grew
+    def _note_decided(self, decision: Decision | None, book: Book) -> None:
+        """Record why a variant stopped drawing a task: it FAILed, or the task's checks are decided."""
+        if decision is None:
+            return
+        for v in book.variants:
+            verdict = decision.verdicts.get(v, "?")
+            for t in book.tasks:
+                if verdict in ("FAIL", "PASS"):
+                    self.stopped.setdefault(v, {}).setdefault(t, "variant FAILed" if verdict == "FAIL"
+                                                              else "decided (PASS)")
+                elif t not in decision.open.get(v, {}) and book.have[v][t] > 0:
+                    self.stopped.setdefault(v, {})[t] = f"decided ({verdict})"
 
-    def priority(self, task: str, wants: dict[str, int], base: str, drawn: int) -> list[str]:
-        """The variants wanting ``task``, nearest decision first: a check heading to a FAIL before the rest, then
-        by the seconds their need takes (``RunCosts.need_seconds``)."""
-        def key(v: str) -> tuple[int, float, str]:
-            fail = self.failing.get(v, {}).get(task)
-            need = fail if fail is not None else wants[v]
-            return (0 if fail is not None else 1, self.costs.need_seconds(v, task, need, len(wants), base, drawn), v)
+    def _why_done(self, found: Sequence[Want]) -> str:
+        if not found:
+            return "every check decided" + (" or out of reach" if any(self.out_of_reach.values()) else "")
+        if self.capped and all(self.stopped.get(w.variant, {}).get(w.task) == "cap reached" for w in found):
+            return "sample cap reached: " + ", ".join(f"{t} ({why})" for t, why in sorted(self.capped.items()))
+        return "every check decided or out of reach"
 
-        return sorted(wants, key=key)
+    def _budget_spent(self, variants: Sequence[VariantRef]) -> None:
+        """The budget ended the run: what was still open stopped for that."""
+        self.stop_reason = f"budget of {self.budget_s:g} s spent"
+        for v in variants[1:]:
+            for t in self.caps:
+                self.stopped.setdefault(v.name, {}).setdefault(t, "budget spent")
 
-    def _defer(self, needs: dict[str, dict[str, int]], task: str, later: list[str], first: str) -> None:
-        """``later`` sit this round out on ``task`` (said once each): the budget left went to ``first``."""
-        for v in later:
-            needs[v].pop(task, None)
-            note = f"budget left went to {first}'s nearer decision"
-            if self.stopped.get(v, {}).get(task) != note:
-                self.log(f"{v} · {task}: {note}: it waits")
-            self.stopped.setdefault(v, {})[task] = note
-
-    def _import_baseline(self, runner: RoundsRunner, base: str, tasks: set[str]) -> None:
+    def _import_baseline(self, runner: RoundsRunner, base: str, task: PreparedTask) -> None:
         """Take the new samples' baseline answers from a stored baseline, where it has them (no regeneration)."""
         source = runner.baseline_source
-        if source is None:
-            return
-        for task in runner.tasks:
-            if task.name in tasks:
-                source.import_into(runner.store, task, base, runner.backend.settings(), quiet=True)
+        if source is not None:
+            source.import_into(runner.store, task, base, runner.backend.settings(), quiet=True)
 
-    def _mark(self, active: dict[str, Any], why: str) -> None:
-        for v, tasks in active.items():
-            for t in tasks:
-                self.stopped.setdefault(v, {}).setdefault(t, why)
-
-    def _store(self, runner: RoundsRunner, n_round: int) -> None:
-        runner.store.update_state(rounds=n_round, drawn={t.name: len(t.samples) for t in runner.tasks},
+    def _store(self, runner: RoundsRunner) -> None:
+        runner.store.update_state(rounds=self.looks, drawn={t.name: len(t.samples) for t in runner.tasks},
                                   stop_reason=self.stop_reason, capped=self.capped,
                                   out_of_reach={v: t for v, t in self.out_of_reach.items() if t},
                                   stopped=self.stopped, **self.costs.to_state())

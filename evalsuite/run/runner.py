@@ -43,6 +43,7 @@ class Runner:
     baseline_source: Any = None  # evalsuite.run.baselines.BaselineSource, optional
     deadline: float | None = None  # time.monotonic() after which no new work starts (a sequential budget)
     spent: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # task -> [seconds, samples] so far
+    limits: dict[str, int] = dataclasses.field(default_factory=dict)  # task -> samples a look may reach (a chunk)
 
     def run(self, variants: Sequence[VariantRef], rounds: Rounds | None = None) -> None:
         """Generate + score every (variant, task); KLD for every non-baseline variant. With ``rounds`` (an
@@ -101,7 +102,7 @@ class Runner:
 
     def copy_baseline(self, baseline: str, name: str, task: PreparedTask) -> None:
         """Store the baseline's answers to ``task``'s samples as ``name``'s, with KLD 0 on every answer token."""
-        ids = {s.id for s in task.samples}
+        ids = {task.samples[i].id for i in self.window(task)}
         done, kld_done = self.store.done_ids(name, task.name), self.store.kld_done(name, task.name)
         rows = [r for r in self.store.samples(baseline, task.name) if r.sample_id in ids]
         self.store.put_samples(dataclasses.replace(r, variant=name) for r in rows if r.sample_id not in done)
@@ -117,6 +118,14 @@ class Runner:
     def set_deadline(self, deadline: float | None) -> None:
         """No new work starts after ``deadline`` (``time.monotonic()``; None: none)."""
         self.deadline = deadline
+
+    def set_limits(self, limits: dict[str, int]) -> None:
+        """Work only on the first ``limits[task]`` samples of a task (a sequential look's chunk; {}: all)."""
+        self.limits = dict(limits)
+
+    def window(self, task: PreparedTask) -> range:
+        """Indices of ``task``'s samples this call may work on (``limits``)."""
+        return range(min(len(task.samples), self.limits.get(task.name, len(task.samples))))
 
     def reorder(self, names: Sequence[str]) -> None:
         """Take the tasks in this order from now on (a new list: the list the Runner was given is left as is)."""
@@ -162,7 +171,7 @@ class Runner:
     def todo(self, name: str, task: PreparedTask) -> list[int]:
         """Indices of ``task``'s samples not yet stored for ``name``."""
         done = self.store.done_ids(name, task.name)
-        return [i for i, s in enumerate(task.samples) if s.id not in done]
+        return [i for i in self.window(task) if task.samples[i].id not in done]
 
     def reuse_baseline(self, name: str) -> None:
         """Import a matching stored baseline's samples, task by task (a mismatch is logged or, strict, raised)."""
@@ -180,7 +189,7 @@ class Runner:
             return self.note_unverified(variant.name, task.name, why or "sampled or pass@k generations")
         base = {r.sample_id: r for r in self.store.samples(baseline, task.name) if r.stop}
         done = self.store.done_ids(variant.name, task.name)
-        todo = [i for i, s in enumerate(task.samples) if s.id not in done and s.id in base]
+        todo = [i for i in self.window(task) if task.samples[i].id not in done and task.samples[i].id in base]
         if not todo:
             return None
         rows = [base[task.samples[i].id] for i in todo]
@@ -247,7 +256,8 @@ class Runner:
         for task in self.tasks if tasks is None else tasks:
             base_out = {r.sample_id: r.output for r in self.store.samples(baseline, task.name)}
             done = self.store.kld_done(name, task.name)
-            todo = [i for i, s in enumerate(task.samples) if s.id not in done and s.id in base_out]
+            todo = [i for i in self.window(task) if task.samples[i].id not in done
+                    and task.samples[i].id in base_out]
             if not todo:
                 continue
             answers = [base_out[task.samples[i].id] for i in todo]

@@ -1,0 +1,97 @@
+"""The scheduler (evalsuite.run.schedule): every open check's need priced in seconds; a check heading to a FAIL in
+reach first, then first looks, then the rest by seconds; a pooled FAIL drawn from the cheapest task beyond its
+tolerance; wants out of reach of the budget or the cap dropped; other variants join while the budget covers
+them."""
+from __future__ import annotations
+
+from evalsuite.core.costs import RunCosts, StoredBaseline
+from evalsuite.core.decision import Decision
+from evalsuite.run.schedule import FAILING, FIRST_LOOK, OPEN, Book, choose, draw_seconds, order, price, reach, wants
+
+TASKS = ["reasoning", "json", "code", "needle"]
+
+
+def book(have: dict[str, dict[str, int]], costs: dict[str, list[float]], drawn: dict[str, int] | None = None,
+         variants=("w", "kv"), batch: int = 32, stored: dict[str, StoredBaseline] | None = None) -> Book:
+    drawn = drawn or {t: max((h.get(t, 0) for h in have.values()), default=0) for t in TASKS}
+    return Book(list(variants), TASKS, have, drawn, {t: 1000 for t in TASKS}, RunCosts(costs, stored or {}), "bf16",
+                first_look=16, batch=batch)
+
+
+#: the Zen-1 run of issue 55, seconds per pair: reasoning cheap, json and code ~5-7 s, needle unmeasured
+ZEN1 = {"bf16/reasoning": [16.0, 16], "w/reasoning": [22.4, 16], "kv/reasoning": [20.0, 16],
+        "bf16/json": [95.0, 16], "w/json": [111.0, 16], "kv/json": [91.0, 16]}
+LOOKED = {v: {"reasoning": 16, "json": 16} for v in ("bf16", "w", "kv")}
+
+
+def test_a_pooled_fail_draws_its_pairs_from_the_cheapest_task_beyond_its_tolerance():
+    b = book(LOOKED, ZEN1)
+    decision = Decision({"w": "INCONCLUSIVE", "kv": "INCONCLUSIVE"},
+                        open={"w": {"reasoning": 4, "json": 4, "code": 0, "needle": 0},
+                              "kv": {"reasoning": 200, "json": 200, "code": 0, "needle": 0}},
+                        pooled={"w": {"reasoning": 8, "json": 8}})
+    ranked = order(price(b, wants(b, decision)), TASKS)
+    first = ranked[0]
+    assert (first.variant, first.task, first.rank, first.pairs) == ("w", "reasoning", FAILING, 8)
+    assert first.seconds < 20  # 8 x (1.4 + 1.0 / 2): ~15 s, where json's 8 would cost ~100 s
+    draw = choose(b, ranked, left=500.0)
+    assert draw.task == "reasoning" and draw.target == 24 and draw.variants[0] == "w"
+    # then the same pooled FAIL from json (dearer), code's and needle's first looks, kv's 200 pairs last
+    assert (ranked[1].variant, ranked[1].task, ranked[1].rank) == ("w", "json", FAILING)
+    assert [(w.variant, w.task, w.rank) for w in ranked[2:6]] == [("kv", "code", FIRST_LOOK),
+                                                                  ("w", "code", FIRST_LOOK),
+                                                                  ("kv", "needle", FIRST_LOOK),
+                                                                  ("w", "needle", FIRST_LOOK)]
+    assert ranked[-1].rank == OPEN
+
+
+def test_a_fail_in_reach_comes_before_a_pass_and_out_of_reach_is_dropped():
+    b = book(LOOKED, ZEN1)
+    decision = Decision({"w": "INCONCLUSIVE"}, open={"w": {"reasoning": 30, "json": 6}},
+                        failing={"w": {"json": 6}})
+    found = price(b, wants(b, decision))
+    json = next(w for w in found if w.task == "json")
+    assert json.rank == FAILING and json.seconds == 6 * 111.0 / 16 + 6 * 95.0 / 16 / 1
+    assert reach(b, json, left=30.0).startswith("~6 more pairs take ~77 s, more than the 30 s")
+    assert reach(b, json, left=100.0) == ""
+    in_reach = [w for w in found if not reach(b, w, 30.0)]
+    assert all(w.task != "json" for w in in_reach)  # the FAIL out of reach is not drawn at all
+
+
+def test_first_looks_exist_for_every_task_not_yet_seen_and_none_for_decided_variants():
+    b = book({}, {}, variants=("w", "kv", "done"))
+    decision = Decision({"w": "INCONCLUSIVE", "kv": "INCONCLUSIVE", "done": "PASS"})
+    found = wants(b, decision)
+    assert {(w.variant, w.task) for w in found} == {(v, t) for v in ("w", "kv") for t in TASKS}
+    assert {w.rank for w in found} == {FIRST_LOOK} and {w.pairs for w in found} == {16}
+    draw = choose(b, order(price(b, found), TASKS), left=None)
+    assert draw.task == "reasoning" and set(draw.variants) == {"w", "kv"} and draw.target == 16
+    assert wants(b, None) == [w for w in wants(b, None) if w.rank == FIRST_LOOK]  # the baseline alone
+
+
+def test_a_draw_towards_a_pass_grows_in_whole_batches_and_joins_while_the_budget_covers():
+    b = book(LOOKED, ZEN1)
+    decision = Decision({"w": "INCONCLUSIVE", "kv": "INCONCLUSIVE"},
+                        open={"w": {"reasoning": 20}, "kv": {"reasoning": 300}})
+    ranked = order(price(b, wants(b, decision)), ["reasoning"] + TASKS[1:])
+    ranked = [w for w in ranked if w.task == "reasoning"]
+    draw = choose(b, ranked, left=None, last=16)
+    assert draw.target == 16 + 32 and draw.variants == ("w", "kv")  # 20 rounded up to a batch of 32
+    cost_both = draw_seconds(b, "reasoning", ["w", "kv"], 48)
+    tight = choose(b, ranked, left=cost_both - 1.0, last=16)
+    assert tight.variants == ("w",)  # kv's joining would not fit what is left
+
+
+def test_a_stored_baseline_makes_its_samples_free_to_the_scheduler():
+    stored = {"reasoning": StoredBaseline(held=64, seconds=1.0)}
+    b = book(LOOKED, ZEN1, stored=stored)
+    assert draw_seconds(b, "reasoning", ["w"], 48) == 32 * 1.4  # the baseline's 16-47 are stored
+    b = book(LOOKED, ZEN1)
+    assert draw_seconds(b, "reasoning", ["w"], 48) == 32 * 1.4 + 32 * 1.0
+
+
+def test_the_cap_puts_a_want_out_of_reach():
+    b = Book(["w"], ["t"], {"w": {"t": 40}, "bf16": {"t": 40}}, {"t": 40}, {"t": 40}, RunCosts(), "bf16")
+    decision = Decision({"w": "INCONCLUSIVE"}, open={"w": {"t": 57}})
+    (w,) = wants(b, decision)
+    assert reach(b, w, None) == "the cap of 40 is reached"
