@@ -24,6 +24,10 @@ class StoredBaseline:
     seconds: float = 0.0
 
 
+#: an unmeasured (variant, task) is priced at this many times the variant's dearest measured task: a first look at
+#: needle (long prompts) costs several json pairs, and pricing it at nothing let it start with no budget left
+UNMEASURED_FACTOR = 2.0
+
 #: pairs below which a measured seconds-per-sample is not trusted over a recorded one: a budget that runs out
 #: mid-batch leaves a few rows that carried a whole batch's time (17 s for one json sample)
 MIN_MEASURED = 8
@@ -77,6 +81,15 @@ class RunCosts:
         seconds, pairs = self.pairs.get(f"{name}/{task}", (0.0, 0))
         return seconds / pairs if pairs else 0.0
 
+    def expected(self, name: str, task: str) -> float:
+        """Seconds per pair of ``name`` on ``task`` to plan with: measured, else ``UNMEASURED_FACTOR`` times its
+        dearest measured task (0.0 when nothing of it is measured)."""
+        measured = self.per_pair(name, task)
+        if measured > 0:
+            return measured
+        others = [s / n for k, (s, n) in self.pairs.items() if n and k.rsplit("/", 1)[0] == name]
+        return UNMEASURED_FACTOR * max(others, default=0.0)
+
     def held(self, task: str) -> int:
         """Samples of ``task`` a stored baseline answers (a prefix of its stream)."""
         return self.stored.get(task, StoredBaseline()).held
@@ -89,9 +102,13 @@ class RunCosts:
         """Seconds the baseline takes to answer the next ``k`` samples of ``task`` after ``drawn``
         (``baseline_seconds``): a warm run with a new candidate plans its draws past the stored samples at what
         they will cost, not at nothing."""
-        return baseline_seconds(k, drawn, self.stored.get(task, StoredBaseline()), self.pairs.get(f"{base}/{task}"))
+        stored = self.stored.get(task, StoredBaseline())
+        seconds = baseline_seconds(k, drawn, stored, self.pairs.get(f"{base}/{task}"))
+        if seconds == 0.0 and k > 0 and not stored.seconds and self.per_pair(base, task) == 0.0:
+            seconds = max(0, min(k, drawn + k - stored.held)) * self.expected(base, task)  # unmeasured: a prior
+        return seconds
 
     def need_seconds(self, variant: str, task: str, pairs: int, sharing: int, base: str, drawn: int) -> float:
         """Seconds ``pairs`` more pairs of ``variant`` on ``task`` cost (after ``drawn`` samples): its own, plus its
         share of the baseline's (the baseline answers a sample once for the ``sharing`` variants that need it)."""
-        return pairs * self.per_pair(variant, task) + self.base_seconds(task, pairs, drawn, base) / max(sharing, 1)
+        return pairs * self.expected(variant, task) + self.base_seconds(task, pairs, drawn, base) / max(sharing, 1)

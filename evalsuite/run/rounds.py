@@ -207,9 +207,9 @@ class Rounds:
         left = self.budget_left()
         if left is None:
             return upto
-        per_sample = sum(self.costs.per_pair(n, task) for n in names[1:])
+        per_sample = sum(self.costs.expected(n, task) for n in names[1:])
         if have[names[0]][task] < upto and upto > self.costs.held(task):
-            per_sample += self.costs.base_rate(task, names[0])
+            per_sample += self.costs.base_rate(task, names[0]) or self.costs.expected(names[0], task)
         if per_sample <= 0:
             return upto if left > 0 else lo
         return min(upto, lo + int(left // per_sample))

@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 
 from evalsuite.core.costs import RunCosts
 from evalsuite.core.decision import Decision
-from evalsuite.run.draws import draw_size
+from evalsuite.run.draws import GROWTH, draw_size
 
 FAILING, FIRST_LOOK, OPEN = 0, 1, 2
 RANK_WORDS = {FAILING: "heading to a FAIL", FIRST_LOOK: "first look", OPEN: "open check"}
@@ -133,9 +133,11 @@ def choose(book: Book, ranked: Sequence[Want], left: float | None, last: int = 0
         return None
     lead = ranked[0]
     drawn, cap = book.drawn.get(lead.task, 0), book.caps.get(lead.task, lead.target)
-    target = lead.target
+    target, step = lead.target, GROWTH * max(last, book.first_look)
     if lead.rank == OPEN and target > drawn:  # towards a PASS: geometric, whole batches
         target = drawn + draw_size(target - drawn, last or book.first_look, book.batch, cap - drawn)
+    elif target > drawn:  # a FAIL or a first look: what it needs, at most GROWTH x the last draw (an estimate
+        target = drawn + min(target - drawn, step)  # from few pairs is rough: look again before drawing more)
     target = min(max(target, lead.have + 1), cap)
     joined = [lead.variant]
     for w in ranked[1:]:
@@ -152,5 +154,5 @@ def draw_seconds(book: Book, task: str, variants: Sequence[str], target: int) ->
     variant's pairs past what it holds."""
     base_have = book.have.get(book.base, {}).get(task, 0)
     seconds = book.costs.base_seconds(task, max(0, target - base_have), base_have, book.base)
-    return seconds + sum(max(0, target - book.have.get(v, {}).get(task, 0)) * book.costs.per_pair(v, task)
+    return seconds + sum(max(0, target - book.have.get(v, {}).get(task, 0)) * book.costs.expected(v, task)
                          for v in variants)

@@ -36,12 +36,15 @@ def test_a_pooled_fail_draws_its_pairs_from_the_cheapest_task_beyond_its_toleran
     assert first.seconds < 20  # 8 x (1.4 + 1.0 / 2): ~15 s, where json's 8 would cost ~100 s
     draw = choose(b, ranked, left=500.0)
     assert draw.task == "reasoning" and draw.target == 24 and draw.variants[0] == "w"
-    # then the same pooled FAIL from json (dearer), code's and needle's first looks, kv's 200 pairs last
+    # then the same pooled FAIL from json (dearer), the first looks at code and needle (unmeasured: priced at twice
+    # each variant's dearest task, json, so kv's before w's), kv's 200 pairs towards a PASS last
     assert (ranked[1].variant, ranked[1].task, ranked[1].rank) == ("w", "json", FAILING)
     assert [(w.variant, w.task, w.rank) for w in ranked[2:6]] == [("kv", "code", FIRST_LOOK),
-                                                                  ("w", "code", FIRST_LOOK),
                                                                   ("kv", "needle", FIRST_LOOK),
+                                                                  ("w", "code", FIRST_LOOK),
                                                                   ("w", "needle", FIRST_LOOK)]
+    kv_code = ranked[2]
+    assert kv_code.seconds == 16 * 2 * 91.0 / 16 + 16 * 2 * 95.0 / 16 / 2  # its own and half the baseline's
     assert ranked[-1].rank == OPEN
 
 
