@@ -55,28 +55,33 @@ def gate_and_report(store: Store, policy: Path | None, echo: Callable[[str], Non
         echo(f"sequential: {state.rounds} round(s), samples drawn per task: {drawn}; stopped: "
              f"{state.stop_reason or 'interrupted'}")
     from evalsuite.report.build import report_model, write_report
-    from evalsuite.report.deciding import pass_text
+    from evalsuite.report.deciding import fail_text, pass_text
     from evalsuite.report.digest import variant_cards
 
     model = report_model(store, gated).to_dict()
     if report:
         path = write_report(store, gated, reports_root(), model)
         echo(f"report: {path / 'index.html'}")
-    for line in decision_lines(gated, {c["variant"]: pass_text(c["to_pass"]) for c in variant_cards(model)}):
+    cards = variant_cards(model)
+    for line in decision_lines(gated, {c["variant"]: pass_text(c["to_pass"]) for c in cards},
+                               {c["variant"]: fail_text(c["to_fail"]) for c in cards}):
         echo(line)
     return gated.gate.exit_code
 
 
-def decision_lines(gated: GatedRun, to_pass: dict[str, str] | None = None) -> list[str]:
-    """The last lines: each variant's verdict with its pairs per task (and, under an INCONCLUSIVE one, what a PASS
-    would take: ``to_pass``, variant -> ``report.deciding.pass_text``), which may ship, the exit code."""
+def decision_lines(gated: GatedRun, to_pass: dict[str, str] | None = None,
+                   to_fail: dict[str, str] | None = None) -> list[str]:
+    """The last lines: each variant's verdict with its pairs per task and, under an INCONCLUSIVE one, where it
+    heads: to a FAIL (``to_fail``, variant -> ``report.deciding.fail_text``) or, when nothing heads there, what a
+    PASS would take (``to_pass``, variant -> ``report.deciding.pass_text``); which may ship, the exit code."""
     n = {(s.variant, s.task): s.n for s in gated.stats if s.slice == "all"}
     lines, ship, hold = [], [], []
     for v, verdict in gated.gate.variant_verdicts.items():
         per_task = ", ".join(f"{t} n={k}" for (name, t), k in n.items() if name == v)
         lines.append(f"{v:<24} {verdict}" + (f"  ({per_task})" if per_task else ""))
-        if (to_pass or {}).get(v):
-            lines.append(f"{'':<24} {to_pass[v]}")
+        under = (to_fail or {}).get(v) or (to_pass or {}).get(v)
+        if under:
+            lines.append(f"{'':<24} {under}")
         (ship if verdict == "PASS" else hold).append(v if verdict == "PASS" else f"{v} ({verdict})")
     lines.append(f"may ship: {', '.join(ship) or 'none'}; may not ship: {', '.join(hold) or 'none'}")
     lines.append(f"overall: {gated.gate.overall} (exit {gated.gate.exit_code})")

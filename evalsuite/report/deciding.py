@@ -4,7 +4,9 @@ still needs (``samples_to_decide``, ``seconds_to_decide``), and what a PASS of a
 
 The seconds are estimates at the run's measured seconds per pair (``seconds_per_pair``) plus the baseline's share
 past what a stored baseline answers (``baseline_cost``); the samples are the checks' ``more_needed``, which assume
-the observed effect stays where it is (``evalsuite.stats.sequential``).
+the observed effect stays where it is (``evalsuite.stats.sequential``). For a variant heading to a FAIL
+(``fail_needs``: open checks whose observed value is already beyond the threshold) the report says that first and
+what a PASS needs only when nothing heads to a FAIL (``fail_text``).
 """
 from __future__ import annotations
 
@@ -160,3 +162,64 @@ def pass_text(need: Row | None) -> str:
             ", now past their thresholds, back inside")
         parts.append(", ".join(check_name(x) for x in need["back"]) + tail)
     return "a PASS needs every open check decided: " + "; and ".join(parts)
+
+
+def leans_fail(c: Row) -> bool:
+    """Whether an open check's observed value is already beyond its threshold: a per-task check by
+    ``gate.types.heads_to_fail``; the pooled check when its observed mean margin (Δ + max_drop over its tasks) is
+    below 0, the limit its bound FAILs at (``gate.pooled``: observed is that margin)."""
+    if c["task"] == POOLED:
+        return float(c["observed"]) < 0.0
+    return heads_to_fail(c["check"], float(c["observed"]), float(c["threshold"]))
+
+
+def fail_bound(c: Row) -> tuple[float | None, str, float]:
+    """The bound of a check's interval (``ci``) on its FAIL side, the comparison a FAIL needs and its limit:
+    ``max_drop`` and the pooled check FAIL when the upper bound is ``< -max_drop`` (pooled: ``< 0``),
+    ``max_flip_rate`` when the lower bound is ``> max_flip_rate``. The bound is None for a check without ``ci``."""
+    ci, t = c.get("ci"), float(c["threshold"])
+    if c["check"] == "max_flip_rate":
+        return (float(ci[0]) if ci else None), ">", t
+    return (float(ci[1]) if ci else None), "<", (0.0 if c["task"] == POOLED else -t)
+
+
+def fail_needs(r: Row, checks: list[Row]) -> list[Row]:
+    """The open checks of an undecided variant that head to a FAIL (``leans_fail``), nearest first: fewest seconds
+    to decide (``seconds_to_decide``), else fewest samples (``samples_to_decide``); unknown ones last. Each is
+    ``{"check", "task", "slice", "pools", "bound", "op", "limit", "threshold", "samples", "seconds"}``."""
+    out = []
+    for c in checks:
+        if c["verdict"] != "INCONCLUSIVE" or not leans_fail(c):
+            continue
+        bound, op, limit = fail_bound(c)
+        out.append({"check": c["check"], "task": c["task"], "slice": c["slice"],
+                    "pools": [t for t, _ in c.get("pools") or []], "bound": bound, "op": op, "limit": limit,
+                    "threshold": c["threshold"], "samples": samples_to_decide(r, c),
+                    "seconds": seconds_to_decide(r, c)})
+    inf = float("inf")
+    return sorted(out, key=lambda x: (inf if x["seconds"] is None else x["seconds"],
+                                      inf if x["samples"] is None else x["samples"]))
+
+
+def fail_name(x: Row) -> str:
+    """``pooled_max_drop over reasoning,json`` for the pooled check, else ``check_name``."""
+    return f"{x['check']} over {','.join(x['pools'])}" if x["task"] == POOLED and x["pools"] else check_name(x)
+
+
+def fail_text(heading: list[Row] | None) -> str:
+    """``heading to FAIL: pooled_max_drop over reasoning,json: bound +0.013 (needs < 0), ~8 more pairs (~15 s)``
+    for the nearest check of ``fail_needs`` (a slice check counts the task's samples), then the others' names;
+    "" for none."""
+    if not heading:
+        return ""
+    x = heading[0]
+    parts = [] if x["bound"] is None else [f"bound {x['bound']:+.3f} (needs {x['op']} {x['limit']:g})"]
+    unit = "pairs" if x["slice"] == ALL else f"samples of {x['task']}"
+    if x["samples"]:
+        secs = f" ({fmt_duration(x['seconds'])})" if x["seconds"] else ""
+        parts.append(f"~{x['samples']} more {unit}{secs}")
+    else:
+        parts.append("no estimate of the pairs that would decide it")
+    more = f"; also heading there: {', '.join(fail_name(y) for y in heading[1:])}" if heading[1:] else ""
+    return f"heading to FAIL: {fail_name(x)}: {', '.join(parts)}{more}"
+

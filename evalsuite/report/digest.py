@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from evalsuite.gate.types import worst
-from evalsuite.report.deciding import (ALL, POOLED, check_n, pass_needs, samples_to_decide, seconds_to_decide,
-                                       stat_row, stopped_drawing)
+from evalsuite.report.deciding import (ALL, POOLED, check_n, fail_needs, pass_needs, samples_to_decide,
+                                       seconds_to_decide, stat_row, stopped_drawing)
 
 Row = dict[str, Any]
 
@@ -136,7 +136,8 @@ def _same(a: Row, b: Row) -> bool:
 
 def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
     """One card per gated variant (baseline excluded): verdict, the reasons that decided it (``lead_reasons``),
-    bytes saved vs the baseline and speed relative to it."""
+    bytes saved vs the baseline and speed relative to it; when INCONCLUSIVE, what a PASS needs (``to_pass``) and
+    the open checks heading to a FAIL, nearest first (``to_fail``, ``deciding.fail_needs``)."""
     base = next((v for v in r["variants"] if v["variant"] == r["baseline"]), None)
     cards = []
     for v in r["variants"]:
@@ -149,6 +150,7 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
         cards.append({
             "variant": v["variant"], "verdict": verdict, "reasons": reasons,
             "to_pass": pass_needs(r, mine) if verdict == "INCONCLUSIVE" else None,
+            "to_fail": fail_needs(r, mine) if verdict == "INCONCLUSIVE" else [],
             "stopped": stopped_drawing(r, v["variant"]) if verdict == "INCONCLUSIVE" else [],
             "checks": len(mine), "contexts": context_range(r, v["variant"]),
             "passed": sum(c["verdict"] == "PASS" for c in mine),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.deciding import pass_text, stopped_text, to_decide
+from evalsuite.report.deciding import fail_text, pass_text, stopped_text, to_decide
 from evalsuite.report.digest import POOLED, pooled_text, task_decision, task_names, variant_cards
 from evalsuite.report.html_common import delta_class, e, vclass
 from evalsuite.report.model import fmt_bytes, fmt_delta, fmt_ms
@@ -48,10 +48,16 @@ def _reasons(card: Row) -> str:
     return '<ul class="reasons">' + "".join(items) + "</ul>"
 
 
+def _to_fail(card: Row) -> str:
+    """For an INCONCLUSIVE card with checks heading to a FAIL (``deciding.fail_needs``): the nearest, said first."""
+    text = fail_text(card.get("to_fail"))
+    return f'<div class="counts to-fail"><b>{e(text[0].upper() + text[1:])}</b></div>' if text else ""
+
+
 def _to_decide(card: Row) -> str:
-    """For an INCONCLUSIVE card: what a PASS would take (``deciding.pass_needs``) and why its tasks stopped drawing
-    (``deciding.stopped_drawing``)."""
-    text = pass_text(card.get("to_pass"))
+    """For an INCONCLUSIVE card: what a PASS would take (``deciding.pass_needs``) when nothing heads to a FAIL, and
+    why its tasks stopped drawing (``deciding.stopped_drawing``)."""
+    text = "" if card.get("to_fail") else pass_text(card.get("to_pass"))
     out = f'<div class="counts to-pass">{e(text[0].upper() + text[1:])}</div>' if text else ""
     if card.get("stopped"):
         out += f'<div class="counts stopped">{e(stopped_text(card["stopped"]))}</div>'
@@ -72,7 +78,8 @@ def _card(card: Row) -> str:
     return (f'<div class="card {vclass(verdict)}" data-variant="{e(card["variant"])}">'
             f'<div class="card-head"><span class="name">{e(card["variant"])}</span>'
             f'<span class="verdict">{e(verdict or "—")}</span></div>'
-            f'<div class="counts">{e(counts)}</div>{covers_note(card)}{_reasons(card)}{_to_decide(card)}'
+            f'<div class="counts">{e(counts)}</div>{_to_fail(card)}{covers_note(card)}{_reasons(card)}'
+            f'{_to_decide(card)}'
             '<dl class="gains">'
             f'{_bytes_line("weights", card["weights"], fmt_bytes)}'
             f'{_bytes_line("KV cache", card["kv"], lambda x: f"{x:,.0f}", " B/token")}'

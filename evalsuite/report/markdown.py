@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.deciding import pass_text, stopped_text, to_decide
+from evalsuite.report.deciding import fail_text, pass_text, stopped_text, to_decide
 from evalsuite.report.digest import (POOLED, guarantee_text, metric_names, metric_rows, pooled_text, split_rows,
                                      task_decision, task_names, variant_cards, verification_lines)
 from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_delta, fmt_ms, fmt_num,
@@ -28,7 +28,8 @@ def _pct(ratio: float | None) -> str:
 
 
 def _decision_lines(r: dict[str, Any]) -> list[str]:
-    """One bullet per variant: verdict, bytes and speed vs the baseline, the reasons that decided it."""
+    """One bullet per variant: verdict, bytes and speed vs the baseline, where an undecided one heads to a FAIL (said
+    first), the reasons that decided it, and what a PASS needs when nothing heads to a FAIL."""
     out = []
     for c in variant_cards(r):
         w, kv, ttft, itl = c["weights"], c["kv"], c["ttft"], c["itl"]
@@ -37,8 +38,10 @@ def _decision_lines(r: dict[str, Any]) -> list[str]:
                  ("KV —" if kv["value"] is None else f"KV {kv['value']:,.0f} B/token{_pct(kv['ratio'])}")]
         facts += [speed] if speed else []
         reasons = "; ".join(_cell(x["reason"]) + (f" ({to_decide(x)})" if to_decide(x) else "") for x in c["reasons"])
-        to_pass = pass_text(c["to_pass"])
+        to_fail = fail_text(c.get("to_fail"))
+        to_pass = "" if to_fail else pass_text(c["to_pass"])
         out.append(f"- **{c['verdict'] or '—'}** `{c['variant']}` — {' · '.join(facts)}"
+                   + (f" — **{_cell(to_fail[0].upper() + to_fail[1:])}**" if to_fail else "")
                    + (f" — {reasons}" if reasons else f" — {c['passed']} of {c['checks']} checks pass")
                    + (f". To decide it: {to_pass}" if to_pass else "")
                    + (f". {stopped_text(c['stopped'])}" if c["stopped"] else ""))
