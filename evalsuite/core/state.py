@@ -54,6 +54,9 @@ class RunState:
     baseline_stored: dict[str, list[float]] = field(default_factory=dict)
     # the end (run.pipeline)
     finished: float | None = None
+    #: the machine the run ran on (``core.machine.machine_info``: cpu, flags, cores, gflops, speed_class); empty in
+    #: a run stored before it was recorded
+    machine: dict[str, Any] = field(default_factory=dict)
     #: lines the report shows as they are (a run built by ``evalsuite compare``: where its samples came from and
     #: how they were paired)
     notes: list[str] = field(default_factory=list)

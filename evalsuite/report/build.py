@@ -55,7 +55,8 @@ def report_model(store: Store, gated: GatedRun) -> ReportModel:
         kld_method={"run": state.kld_method, "rows": store.kld_methods()},
         verification=verification(store, gated.variants, state, rows),
         seconds_per_pair=dict(state.seconds_per_pair) or None, baseline_cost=baseline_cost(state),
-        stopped={v: dict(t) for v, t in state.stopped.items() if t} or None, notes=list(state.notes) or None)
+        stopped={v: dict(t) for v, t in state.stopped.items() if t} or None, notes=list(state.notes) or None,
+        machine=dict(state.machine) or None)
 
 
 def baseline_cost(state: RunState) -> dict[str, dict[str, float]] | None:

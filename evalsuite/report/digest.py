@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evalsuite.core.machine import machine_text
 from evalsuite.gate.types import worst
 from evalsuite.report.deciding import (ALL, POOLED, check_n, fail_needs, pass_needs, samples_to_decide,
                                        seconds_to_decide, stat_row, stopped_drawing)
@@ -189,6 +190,22 @@ def metric_rows(r: Row, task: str) -> list[Row]:
 def metric_names(rows: list[Row]) -> list[str]:
     """Metric names over ``rows``, sorted."""
     return sorted({m for s in rows for m in s["metrics"]})
+
+
+def machine_line(r: Row) -> str:
+    """``CPU: <model>, 2 cores, avx2 fma, 38 GFLOP/s fp32 (slow class); seconds per pair: code 1.2 s, json 0.3–0.5 s``
+    (``core.machine.machine_text``; per task the range over its variants, the baseline's included): why n differs
+    between machines. Either part alone when the other is unknown; "" for neither."""
+    per: dict[str, list[float]] = {}
+    for key, s in (r.get("seconds_per_pair") or {}).items():
+        per.setdefault(key.rsplit("/", 1)[-1], []).append(float(s))
+    def secs(x: float) -> str:
+        return f"{x:.2f}" if x < 10 else f"{x:.0f}"
+
+    cost = ", ".join(f"{t} {secs(min(v))}" + (f"–{secs(max(v))}" if secs(max(v)) != secs(min(v)) else "") + " s"
+                     for t, v in sorted(per.items()))
+    parts = [p for p in (machine_text(r.get("machine")), f"seconds per pair: {cost}" if cost else "") if p]
+    return "; ".join(parts)
 
 
 def verification_lines(r: dict[str, Any]) -> list[str]:

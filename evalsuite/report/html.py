@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from evalsuite.report import plots
-from evalsuite.report.digest import (gated_rows, guarantee_text, metric_names, metric_rows, split_rows, task_names,
-                                     verification_lines)
+from evalsuite.report.digest import (gated_rows, guarantee_text, machine_line, metric_names, metric_rows, split_rows,
+                                     task_names, verification_lines)
 from evalsuite.report.html_common import (count, delta_cell, e, fmt_metric, fmt_signed_metric, img, table,
                                           verdict_cell)
 from evalsuite.report.html_decision import cards_section, grid_section
@@ -23,12 +23,13 @@ def _header(r: dict[str, Any]) -> str:
     m = r["model"]
     tasks = ", ".join(f"{e(k)} <code>v{e(v)}</code>" for k, v in sorted(r["tasks"].items())) or "—"
     guarantee = f'<p class="meta">{e(g)}</p>' if (g := guarantee_text(r)) else ""
+    machine = f'<br><span class="machine">{e(x)}</span>' if (x := machine_line(r)) else ""
     return (f"<h1>evalsuite report: {e(m.get('name', '?'))}</h1>"
             f'<p><span class="badge v v-{e(r["overall"])}">{e(r["overall"])}</span> '
             f'&nbsp;exit code {e(r["exit_code"])}</p>{guarantee}'
             f'<p class="meta">run <code>{e(r["run_id"])}</code> · {e(r["created"])} · fingerprint '
             f'<code>{e(m.get("fingerprint", "?"))}</code> · dtype {e(m.get("dtype", "?"))} · baseline '
-            f'<code>{e(r["baseline"])}</code><br>tasks: {tasks}</p>')
+            f'<code>{e(r["baseline"])}</code><br>tasks: {tasks}{machine}</p>')
 
 
 def _stats_row(r: dict[str, Any], s: dict[str, Any]) -> str:

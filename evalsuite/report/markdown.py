@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from evalsuite.report.deciding import fail_text, pass_text, stopped_text, to_decide
-from evalsuite.report.digest import (POOLED, guarantee_text, metric_names, metric_rows, pooled_text, split_rows,
-                                     task_decision, task_names, variant_cards, verification_lines)
+from evalsuite.report.digest import (POOLED, guarantee_text, machine_line, metric_names, metric_rows, pooled_text,
+                                     split_rows, task_decision, task_names, variant_cards, verification_lines)
 from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_delta, fmt_ms, fmt_num,
                                     ordered_reasons, sorted_stats, stat_delta, stat_mean)
 
@@ -122,7 +122,9 @@ def render_markdown(report: dict[str, Any], max_reasons: int = 10) -> str:
     out = [f"# evalsuite: {_cell(m.get('name', '?'))} — **{r['overall']}** (exit {r['exit_code']})", "",
            f"Run `{r['run_id']}` · {r['created']} · fingerprint `{m.get('fingerprint', '?')}` · "
            f"baseline `{r['baseline']}` · tasks: "
-           + (", ".join(f"{k} v{v}" for k, v in sorted(r["tasks"].items())) or "—"), "", "## Decision", ""]
+           + (", ".join(f"{k} v{v}" for k, v in sorted(r["tasks"].items())) or "—"), ""]
+    out += [_cell(x), ""] if (x := machine_line(r)) else []
+    out += ["## Decision", ""]
     out += [_cell(g), ""] if (g := guarantee_text(r)) else []
     out += _decision_lines(r) + [""] + _grid(r) + ["", "## Verdicts", ""]
     shown, hidden = split_rows(r, sorted_stats(r))

@@ -18,7 +18,9 @@ Shape (``schema_version`` 2)::
                       ``held`` samples a stored baseline answers, ``report.build.baseline_cost``),
      "stopped": {variant: {task: why it stopped drawing}} (optional: a sequential run's ``meta.stopped``),
      "notes": [str] (optional: ``meta.notes``, e.g. how ``evalsuite compare`` paired logged samples),
-     "guarantee": {variant: the false-FAIL guarantee in force, one line} (optional: ``GateResult.guarantee``)}
+     "guarantee": {variant: the false-FAIL guarantee in force, one line} (optional: ``GateResult.guarantee``),
+     "machine": {"cpu", "flags", "cores", "gflops", "speed_class"} (optional: ``meta.machine``,
+                ``core.machine.machine_info``)}
 
 ``score[i][j]`` is the mean score at ``depth[i]`` and ``context_len[j]`` (``None`` where no sample fell).
 Version 2 added ``stats[].metrics``, ``checks[].n``, ``checks[].more_needed`` and ``policy``; a version-1 dict
@@ -86,6 +88,8 @@ class ReportModel:
     stopped: dict[str, dict[str, str]] | None = None
     #: lines shown as they are (``meta.notes``: a compared run's sources, scores and pairing)
     notes: list[str] | None = None
+    #: the machine the run ran on (``meta.machine``, ``core.machine.machine_info``)
+    machine: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -98,7 +102,7 @@ class ReportModel:
             "needle_grid": self.needle_grid, "flips": [f.to_dict() for f in self.flips], "tasks": dict(self.tasks),
             "policy": self.policy, "kld_method": self.kld_method, "verification": self.verification,
             "seconds_per_pair": self.seconds_per_pair, "baseline_cost": self.baseline_cost, "stopped": self.stopped,
-            "notes": self.notes, "guarantee": dict(self.gate.guarantee) or None}
+            "notes": self.notes, "guarantee": dict(self.gate.guarantee) or None, "machine": self.machine}
         if self.noise_floor is not None:
             d["noise_floor"] = [s.to_dict() for s in self.noise_floor]
         return d
@@ -117,7 +121,8 @@ def check_report(report: dict[str, Any]) -> dict[str, Any]:
     out = dict(report)
     for key, empty in (("needle_grid", {}), ("flips", []), ("tasks", {}), ("noise_floor", None), ("policy", None),
                        ("kld_method", None), ("verification", None), ("seconds_per_pair", None),
-                       ("baseline_cost", None), ("stopped", None), ("notes", None), ("guarantee", None)):
+                       ("baseline_cost", None), ("stopped", None), ("notes", None), ("guarantee", None),
+                       ("machine", None)):
         out.setdefault(key, empty)
     out["stats"] = [{"metrics": {}, **s} for s in out["stats"]]
     out["checks"] = [{"n": 0, "more_needed": None, **c} for c in out["checks"]]

@@ -121,3 +121,36 @@ def test_the_report_cards_say_heading_to_fail_first(tmp_path):
             for c in model["checks"]]
     lead = variant_cards({**model, "checks": near})[0]["to_fail"]
     assert lead[0]["task"] == "code" and fail_text(lead).startswith("heading to FAIL: code max_drop: bound ")
+
+
+def test_the_machine_shows_in_the_report_and_the_sequential_line(tmp_path):
+    """A stored ``machine`` (core.machine.machine_info) shows in results.json, summary.md and index.html with the
+    seconds per pair per task, and as the speed class on the ``sequential:`` line; a meta without it still loads,
+    gates and reports, with no CPU line."""
+    from evalsuite.cli.finish import gate_and_report
+    from evalsuite.gate.store_gate import gate_store
+    from evalsuite.report.build import report_model
+    from evalsuite.report.html import render_html
+    from evalsuite.report.markdown import render_markdown
+
+    info = {"cpu": "Intel Xeon <test>", "flags": ["avx2", "fma"], "cores": 2, "gflops": 38.4, "speed_class": "slow"}
+    cost = {"w4g64/json": 0.5, "w8/json": 0.75, "bf16/json": 0.25, "w4g64/code": 12.0}
+    store = _store(tmp_path, seconds_per_pair=cost, machine=info, rounds=2, drawn={"json": 40, "code": 40},
+                   stop_reason="budget spent")
+    model = report_model(store, gate_store(store)).to_dict()
+    assert model["machine"] == info
+    line = ("CPU: Intel Xeon <test>, 2 cores, avx2 fma, 38 GFLOP/s fp32 (slow class); seconds per pair: code 12 s, "
+            "json 0.25–0.75 s")
+    assert line in render_markdown(model) and line.replace("<", "&lt;").replace(">", "&gt;") in render_html(model)
+    lines: list[str] = []
+    gate_and_report(store, None, echo=lines.append, report=False)
+    (seq,) = [x for x in lines if x.startswith("sequential:")]
+    assert seq.endswith("stopped: budget spent; CPU: slow class, 38 GFLOP/s")
+
+    old = _store(tmp_path / "old", rounds=1, drawn={"json": 40}, stop_reason="decided")
+    assert "machine" not in old.meta() and old.state().machine == {}
+    model = report_model(old, gate_store(old)).to_dict()
+    assert model["machine"] is None and "CPU:" not in render_markdown(model) and "CPU:" not in render_html(model)
+    lines = []
+    gate_and_report(old, None, echo=lines.append, report=False)
+    assert [x for x in lines if x.startswith("sequential:")][0].endswith("stopped: decided")

@@ -18,7 +18,8 @@ TORCH_FREE = ["evalsuite.plan", "evalsuite.plan.bytes", "evalsuite.plan.capacity
               "evalsuite.variants.quant_grammar", "evalsuite.variants.forms", "evalsuite.variants.mixed",
               "evalsuite.kvcache.config", "evalsuite.kvcache.bytes", "evalsuite.models.device",
               "evalsuite.models.embedded", "evalsuite.paths", "evalsuite.threads", "evalsuite.mkl",
-              "evalsuite.served.vllm.sizes", "evalsuite.served.vllm.memory", "evalsuite.served.vllm.cli"]
+              "evalsuite.served.vllm.sizes", "evalsuite.served.vllm.memory", "evalsuite.served.vllm.cli",
+              "evalsuite.core.machine"]
 
 
 def _heavy(modules: list[str]) -> str:
