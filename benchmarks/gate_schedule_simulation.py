@@ -29,8 +29,8 @@ variant seconds per pair, 50.5 s per n here) fits in the same budget (after the 
 Flags: ``--reps`` (per cell), ``--boundary-reps`` (the 1.0x scenario), ``--churn`` (comma list), ``--budgets``
 (simulated seconds, comma list; 540 = ``make gate``'s 9 minutes), ``--cap`` (pairs per task), ``--one-task``
 (which task the "2x drop on one task" scenario hits, or "all" for each of the four), ``--first-look-reps``
-(the first-look table, 0 skips), ``--first-looks`` (comma list, default 8,16), ``--first-look-churn`` (its churns,
-and the what-if's), ``--unmask-reps`` (the what-if table of ``unmasked``, 0 skips), ``--seed``.
+(the first-look table, 0 skips), ``--first-looks`` (comma list, default 8,16), ``--first-look-churn`` (its
+churns), ``--seed``.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ from evalsuite.core.costs import RunCosts  # noqa: E402
 from evalsuite.core.decision import Decision  # noqa: E402
 from evalsuite.gate.decide import decision as gate_decision  # noqa: E402
 from evalsuite.run.rounds import END_MAX_S, END_SHARE, PROBE  # noqa: E402
-from evalsuite.run.schedule import FAILING, OPEN, Book, Want, choose, order, price, reach, wants  # noqa: E402
+from evalsuite.run.schedule import Book, choose, order, price, reach, wants  # noqa: E402
 
 VARIANT, BASE, GATE_NAME = "v", "bf16", "q"  # the imported gate names its variant "q"
 TASKS = ("reasoning", "json", "code", "needle")  # the run's --tasks order (the scheduler's tie-break)
@@ -89,22 +89,9 @@ class Outcome:
     why: str = ""  # decided / spent (the budget) / reach (no want in reach: out of budget or cap)
 
 
-def unmasked(found: list[Want], d: Decision, cap: int) -> list[Want]:
-    """What-if (not the shipped scheduler): a want heading to a FAIL that needs more pairs than the cap leaves
-    falls back to the task's open need towards a PASS (``schedule.wants`` keeps only the best rank per task, so an
-    unreachable FAIL need hides a reachable PASS need and the task is never drawn again)."""
-    out = []
-    for w in found:
-        need = d.open.get(w.variant, {}).get(w.task)
-        if w.rank == FAILING and w.target > cap and need is not None and w.have + max(1, need) <= cap:
-            w = Want(w.variant, w.task, OPEN, max(1, need or FIRST_LOOK), w.have)
-        out.append(w)
-    return out
-
-
 def scheduled(codes: dict[str, np.ndarray], r: int, budget: float, first_look: int = FIRST_LOOK,
-              cap: int = CAP, unmask: bool = False) -> Outcome:
-    """One replicate as ``Rounds.drive`` runs it, on simulated seconds (``unmask``: the ``unmasked`` what-if)."""
+              cap: int = CAP) -> Outcome:
+    """One replicate as ``Rounds.drive`` runs it, on simulated seconds."""
     have = {t: 0 for t in TASKS}  # baseline and variant always hold the same pairs here (one variant)
     costs, steps, spent, looks = RunCosts(), {}, 0.0, 0
     end = reserve(budget)
@@ -118,8 +105,6 @@ def scheduled(codes: dict[str, np.ndarray], r: int, budget: float, first_look: i
         book = Book([VARIANT], list(TASKS), {BASE: dict(have), VARIANT: dict(have)}, dict(have), caps, costs,
                     BASE, first_look, BATCH)
         found = wants(book, d)
-        if unmask:
-            found = unmasked(found, d, cap)
         ranked = order([w for w in price(book, found) if not reach(book, w, left)], list(TASKS))
         if not ranked:
             why = "reach"
@@ -262,28 +247,6 @@ def first_look_table(churns: Sequence[float], budgets: Sequence[float], reps: in
             print(f"| {sc.label} | {sc.churn:.2f} | {b:g} | {reps} | " + " | ".join(parts) + " |", flush=True)
 
 
-def unmask_table(churns: Sequence[float], budgets: Sequence[float], reps: int, cap: int, seed: int) -> None:
-    """The shipped ``wants`` against the ``unmasked`` what-if, on the same streams."""
-    cases = [gst.Multi("no change", c, (0,) * 4, "none") for c in churns]
-    cases += [gst.Multi("1.0x every tolerance", c, (1.0,) * 4, "none") for c in churns]
-    cases += [gst.Multi("2x drop on needle only", c, (0, 0, 0, 2.0), "drop") for c in churns]
-    print("\nWhat-if: an unreachable FAIL need falls back to the task's PASS need. PASS / INC / FAIL %, wrong "
-          "verdict % (± 1.96 s.e.), median seconds spent; shipped vs what-if")
-    print("| scenario | churn | budget s | reps | shipped P / I / F | what-if P / I / F | what-if wrong | "
-          "median s shipped / what-if |")
-    print("|---|---|---|---|---|---|---|---|")
-    for i, sc in enumerate(cases):
-        codes = gst.draw(sc, reps, cap, seed + 900 + i)
-        wrong = 2 if sc.kind == "none" else 0
-        for b in budgets:
-            a = [scheduled(codes, r, b, cap=cap) for r in range(reps)]
-            w = [scheduled(codes, r, b, cap=cap, unmask=True) for r in range(reps)]
-            va, vw = np.array([o.verdict for o in a]), np.array([o.verdict for o in w])
-            print(f"| {sc.label} | {sc.churn:.2f} | {b:g} | {reps} | {gst.pif(va)} | {gst.pif(vw)} | "
-                  f"{gst.rate(vw == wrong)} | {med([o.seconds for o in a])} / {med([o.seconds for o in w])} |",
-                  flush=True)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=400, help="replicates per scenario and churn (0: skip)")
@@ -296,7 +259,6 @@ def main() -> None:
     ap.add_argument("--first-look-reps", type=int, default=200, help="replicates of the first-look table (0: skip)")
     ap.add_argument("--first-looks", default="8,16")
     ap.add_argument("--first-look-churn", default="0.05")
-    ap.add_argument("--unmask-reps", type=int, default=0, help="replicates of the unmasked what-if (0: skip)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     churns = [float(x) for x in args.churn.split(",")]
@@ -312,9 +274,6 @@ def main() -> None:
     if args.first_look_reps:
         first_look_table([float(x) for x in args.first_look_churn.split(",")], budgets, args.first_look_reps,
                          [int(x) for x in args.first_looks.split(",")], args.cap, args.seed)
-    if args.unmask_reps:
-        unmask_table([float(x) for x in args.first_look_churn.split(",")], budgets, args.unmask_reps, args.cap,
-                     args.seed)
     print(f"\n{time.perf_counter() - t0:.0f} s")
 
 

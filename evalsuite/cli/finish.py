@@ -55,7 +55,7 @@ def gate_and_report(store: Store, policy: Path | None, echo: Callable[[str], Non
         cpu = state.machine or {}
         speed = (f"; CPU: {cpu.get('speed_class') or '?'} class, {float(cpu['gflops']):.0f} GFLOP/s"
                  if cpu.get("gflops") is not None else "")
-        echo(f"sequential: {state.rounds} round(s), samples drawn per task: {drawn}; stopped: "
+        echo(f"sequential: {state.rounds} look(s), samples drawn per task: {drawn}; stopped: "
              f"{state.stop_reason or 'interrupted'}{speed}")
     from evalsuite.report.build import report_model, write_report
     from evalsuite.report.deciding import fail_text, pass_text

@@ -24,9 +24,11 @@ class StoredBaseline:
     seconds: float = 0.0
 
 
-#: an unmeasured (variant, task) is priced at this many times the variant's dearest measured task: a first look at
-#: needle (long prompts) costs several json pairs, and pricing it at nothing let it start with no budget left
-UNMEASURED_FACTOR = 2.0
+#: an unmeasured (variant, task) is priced at this many times the variant's dearest measured task: pricing it at
+#: nothing let a first needle look start with no budget left; at twice (needle's ratio to json on a Zen 1) the
+#: scheduler simulation put code's first look (really ~0.9x json) out of reach of a 9-minute budget. The first
+#: chunk of an unmeasured task is a 4-sample probe (run.rounds.PROBE) and later chunks are cut to what is left.
+UNMEASURED_FACTOR = 1.0
 
 #: pairs below which a measured seconds-per-sample is not trusted over a recorded one: a budget that runs out
 #: mid-batch leaves a few rows that carried a whole batch's time (17 s for one json sample)

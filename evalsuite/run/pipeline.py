@@ -72,6 +72,9 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
             folder = source.prompt_folder(backend.settings()) if hasattr(backend, "spill_prompts") else None
             if folder is not None and (source.grow or folder.is_dir()):  # its prompt K/V beside its answers
                 backend.spill_prompts(folder, writable=source.grow)  # a strictly reused one is only read
+        from evalsuite.core.machine import machine_info
+
+        store.update_state(machine=machine_info())  # why n differs between machines: the report says how fast
         runner = Runner(config, backend, tasks, store, progress=progress, log=log, baseline_source=source)
         runner.run(variants, rounds)
         if source is not None and source.grow:  # store the baseline's answers, the stored ones and the new

@@ -10,8 +10,8 @@ A want is one variant's reason to draw one task, ranked:
    where a task that breaks shows it);
 2. any other open check, towards a PASS.
 
-Within a rank the cheapest in seconds comes first (``RunCosts.need_seconds``: the variant's measured seconds per
-pair and its share of the baseline's). A want that costs more than the budget left, or more pairs than the cap
+Ranks 0 and 1 are taken together, cheapest in seconds first, then rank 2 by seconds (``RunCosts.need_seconds``:
+the variant's measured seconds per pair and its share of the baseline's). A want that costs more than the budget left, or more pairs than the cap
 leaves, is out of reach and dropped: a FAIL in reach comes before a PASS out of reach. Only the choice of *task*
 depends on what was seen; within a task the samples stay in the stream's fixed order (docs/gate.md, "Sequential
 runs", says why the anytime-valid sequences stay valid under it).
@@ -73,7 +73,7 @@ class Book:
 
 
 def wants(book: Book, decision: Decision | None) -> list[Want]:
-    """Every (variant, task) reason to draw, one per pair at its best rank; a FAILed or PASSed variant has none.
+    """Every (variant, task) reason to draw, one per rank that applies; a FAILed or PASSed variant has none.
     ``decision`` None: the baseline alone (first looks only)."""
     out = []
     for v in book.variants:
@@ -92,16 +92,14 @@ def wants(book: Book, decision: Decision | None) -> list[Want]:
                 ranked.append((FIRST_LOOK, book.first_look - have))
             if t in opened:
                 ranked.append((OPEN, opened[t] or book.first_look))  # 0: no estimate yet
-            if ranked:
-                rank, pairs = min(ranked)
-                out.append(Want(v, t, rank, max(1, pairs), have))
-    return out
+            out += [Want(v, t, rank, max(1, pairs), have) for rank, pairs in ranked]  # each rank: one out of
+    return out  # reach (a FAIL 5,000 pairs away) leaves the others (its PASS 32 pairs away) to be drawn
 
 
 def price(book: Book, found: Sequence[Want]) -> list[Want]:
     """``found`` with their seconds: the variant's own pairs plus its share of the baseline's new samples (shared
     by the variants wanting the same task)."""
-    sharing = {t: sum(w.task == t for w in found) for t in book.tasks}
+    sharing = {t: len({w.variant for w in found if w.task == t}) for t in book.tasks}
     return [Want(w.variant, w.task, w.rank, w.pairs, w.have,
                  book.costs.need_seconds(w.variant, w.task, w.pairs, sharing[w.task], book.base,
                                          book.drawn.get(w.task, 0)))
@@ -121,8 +119,10 @@ def reach(book: Book, w: Want, left: float | None) -> str:
 
 
 def order(found: Sequence[Want], tasks: Sequence[str]) -> list[Want]:
-    """Cheapest decision first: by rank, then seconds, then the task's place in ``--tasks``."""
-    return sorted(found, key=lambda w: (w.rank, w.seconds, tasks.index(w.task), w.variant))
+    """Cheapest first: the checks heading to a FAIL and the first looks together by seconds (a FAIL 8 cheap pairs
+    away before a first look at a dear task; a first look at a cheap task, which may show a FAIL, before a FAIL
+    hundreds of pairs away), then the rest by seconds; ties by the task's place in ``--tasks``."""
+    return sorted(found, key=lambda w: (w.rank == OPEN, w.seconds, w.rank, tasks.index(w.task), w.variant))
 
 
 def choose(book: Book, ranked: Sequence[Want], left: float | None, last: int = 0) -> Draw | None:

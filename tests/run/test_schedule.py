@@ -4,7 +4,7 @@ tolerance; wants out of reach of the budget or the cap dropped; other variants j
 them."""
 from __future__ import annotations
 
-from evalsuite.core.costs import RunCosts, StoredBaseline
+from evalsuite.core.costs import UNMEASURED_FACTOR, RunCosts, StoredBaseline
 from evalsuite.core.decision import Decision
 from evalsuite.run.schedule import FAILING, FIRST_LOOK, OPEN, Book, choose, draw_seconds, order, price, reach, wants
 
@@ -36,15 +36,16 @@ def test_a_pooled_fail_draws_its_pairs_from_the_cheapest_task_beyond_its_toleran
     assert first.seconds < 20  # 8 x (1.4 + 1.0 / 2): ~15 s, where json's 8 would cost ~100 s
     draw = choose(b, ranked, left=500.0)
     assert draw.task == "reasoning" and draw.target == 24 and draw.variants[0] == "w"
-    # then the same pooled FAIL from json (dearer), the first looks at code and needle (unmeasured: priced at twice
-    # each variant's dearest task, json, so kv's before w's), kv's 200 pairs towards a PASS last
+    # then the same pooled FAIL from json (dearer), the first looks at code and needle (unmeasured: priced at
+    # UNMEASURED_FACTOR times each variant's dearest task, json, so kv's before w's), kv's 200 pairs last
     assert (ranked[1].variant, ranked[1].task, ranked[1].rank) == ("w", "json", FAILING)
     assert [(w.variant, w.task, w.rank) for w in ranked[2:6]] == [("kv", "code", FIRST_LOOK),
                                                                   ("kv", "needle", FIRST_LOOK),
                                                                   ("w", "code", FIRST_LOOK),
                                                                   ("w", "needle", FIRST_LOOK)]
     kv_code = ranked[2]
-    assert kv_code.seconds == 16 * 2 * 91.0 / 16 + 16 * 2 * 95.0 / 16 / 2  # its own and half the baseline's
+    f = UNMEASURED_FACTOR
+    assert kv_code.seconds == 16 * f * 91.0 / 16 + 16 * f * 95.0 / 16 / 2  # its own and half the baseline's
     assert ranked[-1].rank == OPEN
 
 
@@ -98,3 +99,16 @@ def test_the_cap_puts_a_want_out_of_reach():
     decision = Decision({"w": "INCONCLUSIVE"}, open={"w": {"t": 57}})
     (w,) = wants(b, decision)
     assert reach(b, w, None) == "the cap of 40 is reached"
+
+
+def test_a_fail_out_of_reach_leaves_the_pass_of_the_same_task_drawable():
+    """A check that leans to a FAIL on noise but would need 5,400 pairs to get there does not strand the task:
+    its PASS need of 32 pairs is still drawn (the scheduler simulation found no-change variants stuck there)."""
+    b = book(LOOKED, ZEN1)
+    decision = Decision({"w": "INCONCLUSIVE"}, open={"w": {"json": 32}}, failing={"w": {"json": 5400}})
+    found = [w for w in price(b, wants(b, decision)) if w.task == "json"]
+    assert sorted(w.rank for w in found) == [FAILING, OPEN]
+    in_reach = [w for w in found if not reach(b, w, left=600.0)]  # the FAIL: past the cap of 1000
+    assert [(w.rank, w.pairs) for w in in_reach] == [(OPEN, 32)]
+    draw = choose(b, order(in_reach, TASKS), left=600.0, last=16)
+    assert draw.task == "json" and draw.target == 48
