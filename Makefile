@@ -7,26 +7,20 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 # `make gate`: the release gate of the mission's 2x2 grid on the embedded model: a weight-only variant (w4g64),
 # evalsuite's quantized KV cache (kv4g32 = kv4g32r128: int4, group 32, 128 recent tokens kept exact) and both, on all
-# four task families. The wall-clock budget ends the run (sequential rounds until every check is decided, or cannot
-# be decided in what is left; later rounds draw first where a check heads to a FAIL, cut to what the budget affords;
-# the statistics stay valid wherever it stops); GATE_MAX_SAMPLES is only a safety cap
-# (empty: each task's stream size, or 1000). Needle contexts 512-2048 tokens (the task's default) are 4-16x the KV
-# residual, so a KV PASS covers prompts the quantized cache really holds (the shipped policy checks the >=2048 slice
-# on its own: a range without 2048 leaves that check without samples, INCONCLUSIVE). Code draws from the built-in problems and
-# HumanEval (192); the report says how many pairs had a side right. The baseline's answers are stored under
-# GATE_BASELINES and grown: a second `make gate` asks the baseline only for samples it has not answered. Beside them
-# the baseline's prompt K/V (<fingerprint>/prompt_kv/, at most 8 GiB): later runs start from them instead of a prefill.
-# Evidence accumulates: the run is `--accumulate`d (runs/acc-<key>, one folder per exact configuration and code), so a
-# second `make gate` with the same candidates continues the first under a new budget, drawing only new samples,
-# and stops once every check is decided or out of reach; any change (a candidate, a task, a parameter, evalsuite's
-# code) starts a new folder. GATE_ACCUMULATE= starts a fresh run every time.
+# four task families. GATE_BUDGET is the whole command's wall clock (loading, every look, the report). The run draws
+# look by look where a decision is cheapest (a FAIL in reach and first looks by seconds, then the rest towards a
+# PASS) and stops a (variant, task) whose open checks cannot decide in what is left; the statistics stay valid
+# wherever it stops (docs/gate.md, Sequential runs). GATE_MAX_SAMPLES is only a safety cap (empty: each task's
+# stream size, or 1000). Needle contexts 512-2048 tokens (the task's default) are 4-16x the KV residual, so a KV
+# PASS covers prompts the quantized cache really holds (the shipped policy checks the >=2048 slice on its own).
+# Code draws from the built-in problems and HumanEval (192). The baseline's answers are stored under
+# GATE_BASELINES and grown: a second `make gate` asks the baseline only for samples it has not answered; beside
+# them its prompt K/V (<fingerprint>/prompt_kv/, at most 8 GiB). Evidence accumulates: the run is `--accumulate`d
+# (runs/acc-<key>, one folder per exact configuration and code), so a second `make gate` with the same candidates
+# continues the first under a new budget; any change (a candidate, a task, a parameter, evalsuite's code) starts
+# a new folder. GATE_ACCUMULATE= starts a fresh run every time.
 # The exit code is the release decision for these candidates (0: every one may ship); the last lines say which may.
 # The controls (w4g32 must PASS, w2g32 must FAIL) are `make selftest`.
-# The first round takes the tasks in GATE_TASKS order and a variant that FAILs after a task skips the rest of the
-# round: the cheapest pairs come first (a weight variant's reasoning pair costs ~0.4 s, json and code ~2.5 s, needle,
-# whose 512-2048-token prompts it prefills itself, ~6 s on a 2-core AVX2 CPU), so a variant that FAILs early pays
-# least (w4g128 FAILs on json at n=16 and skips code and needle). Where a variant breaks first depends on the CPU's
-# arithmetic (w4g64 FAILs on needle in round 1 in bf16 on an AMX Xeon, not in fp32 on an AVX2 EPYC): list your own.
 GATE_VARIANTS ?= w4g64,kv4g32,w4g64+kv4g32
 GATE_TASKS ?= reasoning,json,code,needle
 GATE_MAX_SAMPLES ?=

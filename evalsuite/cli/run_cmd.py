@@ -50,16 +50,18 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--tasks", "-t", default=",".join(DEFAULT_TASKS), show_default=True, help="Comma-separated tasks.")
 @click.option("--limit", type=click.IntRange(min=1), help="A fixed set: at most N samples per task (spread evenly).")
 @click.option("--max-samples", type=click.IntRange(min=1),
-              help="Sequential rounds: draw samples until the gate decides; a safety cap of N per task (with "
+              help="Sequential run: draw samples until the gate decides; a safety cap of N per task (with "
                    "--budget the default is each task's stream size, or 1000 for an endless stream).")
 @click.option("--round-size", default=16, show_default=True, type=click.IntRange(min=1),
-              help="Samples per task per round (with --max-samples).")
+              help="Pairs of a task's first look in a sequential run (--budget or --max-samples).")
 @click.option("--budget", "budget", metavar="DURATION",
-              help="Wall-clock budget of a sequential run, e.g. 600, 90s, 10m, 1h: what ends the run (sequential "
-                   "rounds; a (variant, task) stops when its open checks cannot decide in what is left).")
+              help="Wall-clock budget of the whole command, e.g. 600, 90s, 10m, 1h (loading, every look, the "
+                   "report): a sequential run that draws where a decision is cheapest and stops a (variant, task) "
+                   "whose open checks cannot decide in what is left (docs/gate.md, Sequential runs).")
 @click.option("--seed", default=1234, show_default=True, help="Sample-generation seed.")
 @click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE", help="Override a task parameter.")
-@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Prompts decoded together (a sequential run's looks go in chunks of one batch).")
 @click.option("--out", type=click.Path(path_type=Path), help="Runs folder (default ./runs or $EVALSUITE_RUNS).")
 @click.option("--run-id", help="Name of the run folder (default run-YYYYmmdd-HHMMSS).")
 @click.option("--resume", "resume", metavar="RUN", help="Continue an interrupted run (its stored config is used).")
@@ -71,8 +73,9 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--kld/--no-kld", default=True, show_default=True, help="Teacher-forced KL divergence vs baseline.")
 @click.option("--noise-floor", is_flag=True, help="Also rerun the baseline at another batch size (noise floor).")
 @click.option("--baseline", "baseline_dir", type=click.Path(path_type=Path),
-              help="Stored baselines folder to reuse (strict: a mismatch is an error). Default: reuse a matching "
-                   "one from ./baselines when present.")
+              help="Stored baselines folder to reuse (strict: a mismatch is an error). [default: "
+                   "$EVALSUITE_BASELINES, else <home>/baselines (home: $EVALSUITE_HOME or the working folder) when it "
+                   "exists, else none]")
 @click.option("--store-baseline", "store_baseline", type=click.Path(path_type=Path),
               help="Reuse the matching stored baseline answers in this folder and store this run's back (grown: "
                    "a later run regenerates none of them and asks the baseline only for new samples).")
