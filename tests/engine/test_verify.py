@@ -57,7 +57,8 @@ def stepwise(model, cfg, rows, gen, monkeypatch):
     return out
 
 
-@pytest.mark.parametrize("kind", ["dynamic", "weights-w8", *KV, "w8+int4"])
+@pytest.mark.parametrize("kind", ["dynamic", pytest.param("weights-w8", marks=pytest.mark.slow), *KV,
+                                  "w8+int4"])
 def test_pass_logits_equal_step_by_step_decoding(fp32, w8, kind, monkeypatch):
     model = w8 if kind.startswith("w8") or kind.startswith("weights") else fp32
     cfg = KV.get(kind.split("+")[-1])
