@@ -87,7 +87,7 @@ class Rounds:
 
     def drive(self, runner: RoundsRunner, variants: Sequence[VariantRef]) -> None:
         """Looks until decided, capped or out of budget; the final state is stored in the run's meta."""
-        state, source, base = runner.store.state(), runner.baseline_source, variants[0].name
+        state, source = runner.store.state(), runner.baseline_source
         self.looks = int(state.rounds)
         self.caps = {t.name: task_cap(t, self.max_samples) for t in runner.tasks}
         held = ({t.name: source.held(t, runner.backend.settings()) for t in runner.tasks}
