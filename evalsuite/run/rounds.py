@@ -35,7 +35,7 @@ from evalsuite.core.store import Store
 from evalsuite.run.backend import Backend, VariantRef
 from evalsuite.run.draws import task_cap
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.run.schedule import Book, Draw, Want, choose, order, price, reach, wants
+from evalsuite.run.schedule import RANK_WORDS, Book, Draw, Want, choose, order, price, reach, wants
 
 PROBE = 4  #: samples in a task's first chunk while its cost is unmeasured (a first needle chunk is dear)
 END_SHARE = 0.05  #: share of the budget held back for the speed probes, the gate and the report
@@ -83,6 +83,7 @@ class Rounds:
     caps: dict[str, int] = field(default_factory=dict)  # task -> its cap
     steps: dict[str, int] = field(default_factory=dict)  # task -> its last draw
     looks: int = 0
+    said: set[tuple[str, str, int]] = field(default_factory=set)  # (variant, task, rank) said out of reach
     spent: bool = False  # a chunk did not fit in the budget left: the budget is as good as spent
 
     def drive(self, runner: RoundsRunner, variants: Sequence[VariantRef]) -> None:
@@ -237,9 +238,10 @@ class Rounds:
         full = why.endswith("is reached")
         if full:
             self.capped[w.task] = f"cap {self.caps.get(w.task)}"
-        if self.out_of_reach.setdefault(w.variant, {}).get(w.task) is None:
-            self.log(f"{w.variant} · {w.task}: {why}: no more samples for it")
-        self.out_of_reach[w.variant][w.task] = w.pairs
+        if (w.variant, w.task, w.rank) not in self.said:  # once per want, though another rank of it may be drawn
+            self.said.add((w.variant, w.task, w.rank))
+            self.log(f"{w.variant} · {w.task} ({RANK_WORDS[w.rank]}): {why}: not drawn for it")
+        self.out_of_reach.setdefault(w.variant, {})[w.task] = w.pairs
         self.stopped.setdefault(w.variant, {})[w.task] = "cap reached" if full else "out of reach: " + why
         return False
 

@@ -128,7 +128,7 @@ def order(found: Sequence[Want], tasks: Sequence[str]) -> list[Want]:
 def choose(book: Book, ranked: Sequence[Want], left: float | None, last: int = 0) -> Draw | None:
     """The next draw from ``ranked`` wants in reach (``order``-ed): the first one's task, up to its target (a draw
     towards a PASS grows geometrically from the task's ``last`` draw, in whole decode batches), joined by every
-    other variant wanting that task while the budget left covers them all."""
+    other variant wanting that task (``joins``) while the budget left covers them all."""
     if not ranked:
         return None
     lead = ranked[0]
@@ -141,12 +141,19 @@ def choose(book: Book, ranked: Sequence[Want], left: float | None, last: int = 0
     target = min(max(target, lead.have + 1), cap)
     joined = [lead.variant]
     for w in ranked[1:]:
-        if w.task == lead.task and w.variant not in joined:
+        if w.task == lead.task and w.variant not in joined and joins(lead, w):
             trial = joined + [w.variant]
             if left is None or draw_seconds(book, lead.task, trial, target) <= left:
                 joined = trial
     return Draw(lead.task, tuple(joined), target, f"{lead.variant}: {RANK_WORDS[lead.rank]}, ~{lead.pairs} pairs"
                 + (f" (~{lead.seconds:.0f} s)" if lead.seconds else ""))
+
+
+def joins(lead: Want, w: Want) -> bool:
+    """Whether ``w`` may join ``lead``'s draw: a variant heading to a FAIL or taking a first look joins any draw
+    of its task (it shares the baseline's samples); one that only wants pairs towards a PASS joins only a draw
+    towards a PASS, so a draw chasing a FAIL is not made dearer by pairs ranked after every FAIL."""
+    return w.rank != OPEN or lead.rank == OPEN
 
 
 def draw_seconds(book: Book, task: str, variants: Sequence[str], target: int) -> float:

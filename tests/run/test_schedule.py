@@ -112,3 +112,20 @@ def test_a_fail_out_of_reach_leaves_the_pass_of_the_same_task_drawable():
     assert [(w.rank, w.pairs) for w in in_reach] == [(OPEN, 32)]
     draw = choose(b, order(in_reach, TASKS), left=600.0, last=16)
     assert draw.task == "json" and draw.target == 48
+
+
+def test_a_draw_chasing_a_fail_is_joined_by_first_looks_and_fails_not_by_pass_wants():
+    """Issue 55's re-run: a needle draw chasing the combined variant's FAIL was joined by the KV variant's PASS want
+    of ~2,000 pairs, which cost it pairs that no decision could use."""
+    have = {v: {"reasoning": 16, "json": 16, "needle": 16} for v in ("bf16", "w", "kv", "wkv")}
+    have["new"] = {}
+    b = book(have, ZEN1, variants=("w", "kv", "wkv", "new"))
+    decision = Decision({v: "INCONCLUSIVE" for v in ("w", "kv", "wkv", "new")},
+                        open={"w": {"needle": 40}, "kv": {"needle": 300}, "wkv": {"needle": 18}, "new": {}},
+                        failing={"w": {"needle": 40}, "wkv": {"needle": 18}})
+    ranked = [w for w in order(price(b, wants(b, decision)), TASKS) if w.task == "needle"]
+    assert ranked[0].rank in (FAILING, FIRST_LOOK)
+    draw = choose(b, ranked, left=None, last=16)
+    assert set(draw.variants) == {"wkv", "w", "new"}  # heading to a FAIL, and a first look; not kv's PASS want
+    kv_only = [w for w in ranked if w.variant == "kv"]
+    assert choose(b, kv_only, left=None, last=16).variants == ("kv",)  # on its own it is still drawable
