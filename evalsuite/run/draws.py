@@ -1,8 +1,6 @@
-"""How big a sequential run's next draw of a task is, and who runs it: pure functions of the measured costs and
-the open checks' needs (``evalsuite.run.rounds`` applies them round by round)."""
+"""How big a sequential run's next draw of a task is, and each task's cap: pure functions of the open checks'
+needs (``evalsuite.run.schedule`` chooses the draws, ``evalsuite.run.rounds`` runs them)."""
 from __future__ import annotations
-
-from typing import Sequence
 
 from evalsuite.run.prepare import PreparedTask
 
@@ -16,25 +14,6 @@ def task_cap(task: PreparedTask, max_samples: int | None) -> int:
         return max_samples
     size = task.task.stream_size(task.params, task.seed)
     return size if size is not None else DEFAULT_CAP
-
-
-def joining(order: Sequence[str], wants: dict[str, int], seconds: dict[str, float], base_s: float, left: float,
-            k: int) -> tuple[list[str], int]:
-    """Who runs a task's next draw of ``k`` samples with ``left`` seconds of budget, and how many samples that
-    affords. Everyone, when the budget covers ``k`` for all; else the first variant of ``order`` and each next one
-    whose joining still leaves every joined variant its need (a draw too short for a variant's need buys it
-    nothing it can decide on in this budget). Returns (joined variants, samples afforded)."""
-    def afford(names: Sequence[str]) -> int:
-        per_sample = base_s + sum(seconds[v] for v in names)
-        return int(left // per_sample) if per_sample > 0 else k
-
-    if afford(order) >= k:
-        return list(order), afford(order)
-    chosen = [order[0]]
-    for v in order[1:]:
-        if afford(chosen + [v]) >= max(wants[u] for u in chosen + [v]):
-            chosen.append(v)
-    return chosen, afford(chosen)
 
 
 def whole_batches(k: int, batch: int) -> int:

@@ -136,6 +136,8 @@ def choose(book: Book, ranked: Sequence[Want], left: float | None, last: int = 0
     target, step = lead.target, GROWTH * max(last, book.first_look)
     if lead.rank == OPEN and target > drawn:  # towards a PASS: geometric, whole batches
         target = drawn + draw_size(target - drawn, last or book.first_look, book.batch, cap - drawn)
+    elif lead.rank == OPEN:  # catching up on samples the baseline holds: a batch of them at least, none new
+        target = min(drawn, lead.have + max(lead.pairs, book.batch))
     elif target > drawn:  # a FAIL or a first look: what it needs, at most GROWTH x the last draw (an estimate
         target = drawn + min(target - drawn, step)  # from few pairs is rough: look again before drawing more)
     target = min(max(target, lead.have + 1), cap)

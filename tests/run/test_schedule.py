@@ -129,3 +129,15 @@ def test_a_draw_chasing_a_fail_is_joined_by_first_looks_and_fails_not_by_pass_wa
     assert set(draw.variants) == {"wkv", "w", "new"}  # heading to a FAIL, and a first look; not kv's PASS want
     kv_only = [w for w in ranked if w.variant == "kv"]
     assert choose(b, kv_only, left=None, last=16).variants == ("kv",)  # on its own it is still drawable
+
+
+def test_catching_up_on_samples_the_baseline_holds_takes_a_batch_not_a_pair_at_a_time():
+    """A re-run of issue 55 spent four looks pairing the KV variant's reasoning 16 -> 20 -> 22 -> 23 -> 24, each
+    re-gated, on samples the baseline already held for the other variants."""
+    have = {"bf16": {"reasoning": 35}, "w": {"reasoning": 35}, "kv": {"reasoning": 16}}
+    b = book(have, ZEN1)
+    decision = Decision({"w": "INCONCLUSIVE", "kv": "INCONCLUSIVE"}, open={"kv": {"reasoning": 4}})
+    ranked = [w for w in order(price(b, wants(b, decision)), TASKS) if w.task == "reasoning"]
+    draw = choose(b, ranked, left=None, last=19)
+    assert draw.variants == ("kv",) and draw.target == 35  # up to what the baseline holds: no new baseline sample
+    assert draw_seconds(b, "reasoning", ["kv"], draw.target) == 19 * 20.0 / 16  # kv's own pairs only
