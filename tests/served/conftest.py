@@ -21,6 +21,12 @@ from tests.llama_server import llama_cpp_missing, llama_server
 SIDE_MARKS = ("vllm", "llmc")
 #: how long a session's server may take to get healthy (CPU start-up is 1-5 min under load)
 STARTUP_S = float(os.environ.get("EVALSUITE_VLLM_TEST_STARTUP_S", "900"))
+#: engine flags of the session's servers: eager. vLLM 0.32's CPU warm-up traces the model with torch.compile
+#: (inductor off) for 50-75 s a server, and its AOT cache fails to load on the next start ("'function' object has
+#: no attribute ..."), so every start paid it; eager starts in ~37 s against ~81-109 s (AVX-512 EPYC, one server
+#: alone) with the same kernels. These tests prove evalsuite's serving (pairing, KLD over HTTP, a killed server),
+#: not vLLM's compiler; a user's servers keep vLLM's default.
+TEST_SIZING = ("--enforce-eager",)
 
 
 def _wanted(config: pytest.Config) -> bool:
@@ -100,7 +106,8 @@ def vllm_servers(base_folder: str, vllm_python_path: str,
     specs = {s.name: s for s in (parse_served("bf16", base_folder),
                                  parse_served(variant_text(vllm_python_path), base_folder))}
     variant = next(n for n in specs if n != "bf16")
-    servers = {n: VllmServer(vllm_python_path, s.model, s.flags, Path(logs) / f"{n}.log", name=n)
+    servers = {n: VllmServer(vllm_python_path, s.model, s.flags, Path(logs) / f"{n}.log", name=n,
+                             sizing=TEST_SIZING)
                for n, s in specs.items()}
     try:
         for s in servers.values():

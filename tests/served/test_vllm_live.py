@@ -117,7 +117,7 @@ def test_server_dying_mid_run_leaves_a_resumable_run(vllm_servers: dict, tmp_pat
     from evalsuite.run.pipeline import execute
     from evalsuite.served.vllm.backend import VllmBackend
     from evalsuite.served.vllm.server import VllmServer
-    from tests.served.conftest import STARTUP_S
+    from tests.served.conftest import STARTUP_S, TEST_SIZING
 
     servers, victim = vllm_servers["servers"], vllm_servers["variant"]
     killed: list[int] = []
@@ -149,7 +149,8 @@ def test_server_dying_mid_run_leaves_a_resumable_run(vllm_servers: dict, tmp_pat
 
     spec = vllm_servers["specs"][victim]
     servers[victim] = VllmServer(vllm_servers["python"], spec.model, spec.flags,
-                                 vllm_servers["logs"] / f"{victim}-restarted.log", name=victim).start(STARTUP_S)
+                                 vllm_servers["logs"] / f"{victim}-restarted.log", name=victim,
+                                 sizing=TEST_SIZING).start(STARTUP_S)
     backend = VllmBackend("default", workdir=run_dir, python=vllm_servers["python"], external=servers)
     execute(config, run_dir, resume=True, backend=backend, progress=False, log=lambda _: None).close()
     store = Store.open(run_dir)
