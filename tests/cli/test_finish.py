@@ -92,7 +92,7 @@ def test_the_report_cards_say_heading_to_fail_first(tmp_path):
     line gives the pairs only, and a per-task check nearer than the pooled one leads."""
     from evalsuite.gate.store_gate import gate_store
     from evalsuite.report.build import report_model
-    from evalsuite.report.deciding import fail_text
+    from evalsuite.report.deciding import FAR, fail_text
     from evalsuite.report.digest import variant_cards
     from evalsuite.report.html import render_html
     from evalsuite.report.markdown import render_markdown
@@ -121,6 +121,11 @@ def test_the_report_cards_say_heading_to_fail_first(tmp_path):
             for c in model["checks"]]
     lead = variant_cards({**model, "checks": near})[0]["to_fail"]
     assert lead[0]["task"] == "code" and fail_text(lead).startswith("heading to FAIL: code max_drop: bound ")
+    # an extrapolated FAIL thousands of samples away (a 1-flip estimate) is no heading: the card says what a PASS
+    # needs, that check among those to come back inside
+    far = [{**c, "more_needed": FAR + 1} for c in model["checks"]]
+    card = variant_cards({**model, "checks": far})[0]
+    assert card["variant"] == "w4g64" and card["to_fail"] == [] and card["to_pass"]["back"]
 
 
 def test_the_machine_shows_in_the_report_and_the_sequential_line(tmp_path):
