@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from evalsuite.core.store import Store
 
+DEFAULT_CAP = 1000  #: the safety cap per task of an endless stream when --max-samples is not given (run.draws)
+
 
 @dataclass(frozen=True)
 class Decision:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalsuite.core.costs import StoredBaseline, baseline_seconds
+from evalsuite.core.decision import DEFAULT_CAP
 from evalsuite.gate.types import heads_to_fail, task_samples
 
 ALL = "all"
@@ -183,10 +184,10 @@ def fail_bound(c: Row) -> tuple[float | None, str, float]:
     return (float(ci[1]) if ci else None), "<", (0.0 if c["task"] == POOLED else -t)
 
 
-#: samples beyond which an extrapolated FAIL is not called a heading: more than an endless stream's default cap
-#: (``run.draws.DEFAULT_CAP``), extrapolated from a few pairs (a near-lossless KV variant's json at 1↓ 0↑ in 16 pairs
-#: "needed ~5,406 more"); such a check is among those a PASS needs back inside (``pass_needs``' ``back``)
-FAR = 1000
+#: samples beyond which an extrapolated FAIL is not called a heading: more than an endless stream's default cap,
+#: extrapolated from a few pairs (a near-lossless KV variant's json at 1↓ 0↑ in 16 pairs "needed ~5,406 more");
+#: such a check is among those a PASS needs back inside (``pass_needs``' ``back``)
+FAR = DEFAULT_CAP
 
 
 def fail_needs(r: Row, checks: list[Row]) -> list[Row]:
@@ -196,13 +197,15 @@ def fail_needs(r: Row, checks: list[Row]) -> list[Row]:
     "seconds"}``."""
     out = []
     for c in checks:
-        if c["verdict"] != "INCONCLUSIVE" or not leans_fail(c) or (samples_to_decide(r, c) or 0) > FAR:
+        if c["verdict"] != "INCONCLUSIVE" or not leans_fail(c):
+            continue
+        samples = samples_to_decide(r, c)
+        if (samples or 0) > FAR:
             continue
         bound, op, limit = fail_bound(c)
         out.append({"check": c["check"], "task": c["task"], "slice": c["slice"],
                     "pools": [t for t, _ in c.get("pools") or []], "bound": bound, "op": op, "limit": limit,
-                    "threshold": c["threshold"], "samples": samples_to_decide(r, c),
-                    "seconds": seconds_to_decide(r, c)})
+                    "threshold": c["threshold"], "samples": samples, "seconds": seconds_to_decide(r, c)})
     inf = float("inf")
     return sorted(out, key=lambda x: (inf if x["seconds"] is None else x["seconds"],
                                       inf if x["samples"] is None else x["samples"]))

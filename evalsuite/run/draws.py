@@ -2,10 +2,10 @@
 needs (``evalsuite.run.schedule`` chooses the draws, ``evalsuite.run.rounds`` runs them)."""
 from __future__ import annotations
 
+from evalsuite.core.decision import DEFAULT_CAP
 from evalsuite.run.prepare import PreparedTask
 
 GROWTH = 2  #: each draw of a task is at most this many times its previous one (16, +32, +64, ... at 16)
-DEFAULT_CAP = 1000  #: the safety cap per task of an endless stream when --max-samples is not given
 
 
 def task_cap(task: PreparedTask, max_samples: int | None) -> int:
