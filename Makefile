@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 # `make gate`: the release gate of the mission's 2x2 grid on the embedded model: a weight-only variant (w4g64),
 # evalsuite's quantized KV cache (kv4g32 = kv4g32r128: int4, group 32, 128 recent tokens kept exact) and both, on all
 # four task families. GATE_BUDGET is the whole command's wall clock (loading, every look, the report). The run draws
-# look by look where a decision is cheapest (a FAIL in reach and first looks by seconds, then the rest towards a
+# look by look where a decision is cheapest (a FAIL in reach first, then first looks, then the rest towards a
 # PASS) and stops a (variant, task) whose open checks cannot decide in what is left; the statistics stay valid
 # wherever it stops (docs/gate.md, Sequential runs). GATE_MAX_SAMPLES is only a safety cap (empty: each task's
 # stream size, or 1000). Needle contexts 512-2048 tokens (the task's default) are 4-16x the KV residual, so a KV

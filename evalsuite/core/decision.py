@@ -26,9 +26,9 @@ class Decision:
     #: observed value is already beyond its threshold needs (one such check deciding decides the variant; a PASS
     #: needs them all)
     failing: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    #: a pooled check heading to a FAIL (its observed mean margin below 0): variant -> task -> the pairs it needs
-    #: over all its tasks, for each pooled task whose own drop is beyond its tolerance (pairs of a task above the
-    #: pooled mean would pull the bound away from a FAIL): any one of them may supply them
+    #: a pooled check heading to a FAIL (its observed mean margin below 0): variant -> task -> the pairs of that
+    #: task alone it needs, for each pooled task whose own drop is beyond its tolerance (pairs of a task above the
+    #: pooled mean would pull the bound away from a FAIL): the cheapest of them may supply them
     pooled: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property

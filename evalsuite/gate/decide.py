@@ -34,16 +34,16 @@ def decision(gate: GateResult) -> Decision:
 
 
 def pooled_failing(gate: GateResult) -> dict[str, dict[str, int]]:
-    """variant -> task -> pairs its open pooled check needs, when that check heads to a FAIL (observed mean
-    margin below its threshold 0), for the pooled tasks whose own ``max_drop`` check heads to a FAIL: drawing
-    them moves the pooled bound towards the FAIL it heads to."""
+    """variant -> task -> pairs of that task alone its open pooled check needs, when that check heads to a FAIL
+    (observed mean margin below its threshold 0), for the pooled tasks whose own ``max_drop`` check heads to a
+    FAIL: drawing them moves the pooled bound towards the FAIL it heads to (``CheckResult.needs_from``)."""
     out: dict[str, dict[str, int]] = {}
     beyond = {(c.variant, c.task) for c in gate.checks
               if c.check == "max_drop" and c.slice == "all" and heads_to_fail(c.check, c.observed, c.threshold)}
     for c in gate.checks:
         if (c.task == POOLED and c.verdict == "INCONCLUSIVE" and c.more_needed and c.observed < c.threshold
                 and gate.variant_verdicts.get(c.variant) != "FAIL"):
-            tasks = {t: c.more_needed for t, _ in c.pools if (c.variant, t) in beyond}
+            tasks = {t: n for t, n in c.needs_from if (c.variant, t) in beyond}
             if tasks:
                 out[c.variant] = tasks
     return out

@@ -59,4 +59,13 @@ def pooled_check(variant: str, rows: Sequence[tuple[PairedStats, float]], tasks_
     reason = (f"pooled over {len(rows)} tasks: mean Δ+max_drop {margin:+.3f}, CS upper {upper:+.3f}{at} {word}; "
               f"lowest: {_pulling(rows)} (n={n}, {informative} with a side right){tail}")
     return CheckResult(variant, POOLED, ALL, CHECK, 0.0, margin, verdict, reason, (-1.0, upper), n, more,
-                       tuple((st.task, st.n) for st, _ in rows), alpha=level)
+                       tuple((st.task, st.n) for st, _ in rows), _needs_from(rows, parts, level) if more else (),
+                       alpha=level)
+
+
+def _needs_from(rows: Sequence[tuple[PairedStats, float]], parts: Sequence[pooled.Part],
+                level: float) -> tuple[tuple[str, int], ...]:
+    """Per pooled task beyond its own tolerance (Δ + t < 0), the pairs of it alone that would decide the check
+    (those out of reach, ``MAX_MORE``, left out): a run draws them from whichever is cheapest."""
+    needs = ((st.task, pooled.more_needed_from(parts, k, level)) for k, (st, t) in enumerate(rows) if st.delta + t < 0)
+    return tuple((task, n) for task, n in needs if n < seq.MAX_MORE)

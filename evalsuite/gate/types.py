@@ -51,6 +51,9 @@ class CheckResult:
     #: the pooled check (task "*"): the tasks it pools, and each one's pairs (so the runner can share out
     #: more_needed); empty on every other check
     pools: tuple[tuple[str, int], ...] = ()
+    #: the pooled check heading to a FAIL: per pooled task beyond its own tolerance, about how many more pairs of
+    #: that task alone would decide it (``stats.pooled.more_needed_from``); empty on every other check
+    needs_from: tuple[tuple[str, int], ...] = ()
     #: the error level of the check's FAIL side (its share of the variant's alpha, ``gate.family``); None on point
     #: checks (max_kld, min_score) and min_samples
     alpha: float | None = None

@@ -18,7 +18,7 @@ from evalsuite.gate.types import heads_to_fail, task_samples
 
 ALL = "all"
 POOLED = "*"  #: the task of the pooled check (evalsuite.gate.pooled)
-Row = dict[str, Any]
+Row = dict[str, Any]  #: a row of the report dict (a check, a stats row, a card): the report modules' one alias
 
 
 def stat_row(r: Row, variant: str, task: str, slice_: str = ALL) -> Row | None:
@@ -37,8 +37,12 @@ def check_n(r: Row, c: Row) -> int | None:
 def samples_to_decide(r: Row, check: Row) -> int | None:
     """About how many more samples would decide an undecided check: its ``more_needed`` pairs, scaled to the
     task's samples for a slice check (``gate.types.task_samples``: a slice with 16 of the task's 48 pairs needs
-    three samples per pair); over all pooled tasks for the pooled check. None when decided or unknown."""
+    three samples per pair); for the pooled check, the pairs of its cheapest task alone (``pooled_route``), else
+    over all pooled tasks. None when decided or unknown."""
     more = check.get("more_needed")
+    route = pooled_route(r, check)
+    if route is not None:
+        return route[1]
     if not more or check["task"] == POOLED or check["slice"] == ALL:
         return more or None
     row = stat_row(r, check["variant"], check["task"])
@@ -52,9 +56,24 @@ def seconds_to_decide(r: Row, check: Row) -> float | None:
     cost, more = r.get("seconds_per_pair") or {}, samples_to_decide(r, check)
     if not more or not cost:
         return None
-    tasks = [t for t, _ in check.get("pools") or []] if check["task"] == POOLED else [check["task"]]
+    route = pooled_route(r, check)
+    tasks = ([route[0]] if route else [t for t, _ in check.get("pools") or []]) if check["task"] == POOLED \
+        else [check["task"]]
     per = [task_seconds(r, check["variant"], t, more) for t in tasks if f"{check['variant']}/{t}" in cost]
     return sum(per) / len(per) if per else None
+
+
+def pooled_route(r: Row, check: Row) -> tuple[str, int] | None:
+    """For an open pooled check with per-task needs (``needs_from``: the pairs of one task alone that would decide
+    it, as the run's scheduler draws them), the (task, pairs) that take the fewest seconds at this run's costs
+    (fewest pairs where a task's cost is unknown); None for any other check, or a run that recorded none."""
+    if check["task"] != POOLED or not check.get("needs_from"):
+        return None
+    cost, inf = r.get("seconds_per_pair") or {}, float("inf")
+    priced = [(task_seconds(r, check["variant"], t, int(n)) if f"{check['variant']}/{t}" in cost else inf, int(n), t)
+              for t, n in check["needs_from"]]
+    _, n, task = min(priced)
+    return task, n
 
 
 def task_seconds(r: Row, variant: str, task: str, more: int) -> float:
@@ -193,8 +212,8 @@ FAR = DEFAULT_CAP
 def fail_needs(r: Row, checks: list[Row]) -> list[Row]:
     """The open checks of an undecided variant that head to a FAIL (``leans_fail``) within ``FAR`` samples, nearest
     first: fewest seconds to decide (``seconds_to_decide``), else fewest samples (``samples_to_decide``); unknown
-    ones last. Each is ``{"check", "task", "slice", "pools", "bound", "op", "limit", "threshold", "samples",
-    "seconds"}``."""
+    ones last. Each is ``{"check", "task", "slice", "route", "pools", "bound", "op", "limit", "threshold",
+    "samples", "seconds"}`` (``route``: the pooled check's cheapest task, ``pooled_route``)."""
     out = []
     for c in checks:
         if c["verdict"] != "INCONCLUSIVE" or not leans_fail(c):
@@ -203,7 +222,8 @@ def fail_needs(r: Row, checks: list[Row]) -> list[Row]:
         if (samples or 0) > FAR:
             continue
         bound, op, limit = fail_bound(c)
-        out.append({"check": c["check"], "task": c["task"], "slice": c["slice"],
+        route = pooled_route(r, c)
+        out.append({"check": c["check"], "task": c["task"], "slice": c["slice"], "route": route[0] if route else None,
                     "pools": [t for t, _ in c.get("pools") or []], "bound": bound, "op": op, "limit": limit,
                     "threshold": c["threshold"], "samples": samples, "seconds": seconds_to_decide(r, c)})
     inf = float("inf")
@@ -217,14 +237,14 @@ def fail_name(x: Row) -> str:
 
 
 def fail_text(heading: list[Row] | None) -> str:
-    """``heading to FAIL: pooled_max_drop over reasoning,json: bound +0.013 (needs < 0), ~8 more pairs (~15 s)``
-    for the nearest check of ``fail_needs`` (a slice check counts the task's samples), then the others' names;
-    "" for none."""
+    """``heading to FAIL: pooled_max_drop over reasoning,json: bound +0.013 (needs < 0), ~8 more pairs of reasoning
+    (~15 s)`` for the nearest check of ``fail_needs`` (a slice check counts the task's samples; the pooled check
+    the pairs of the task it is cheapest to draw them from), then the others' names; "" for none."""
     if not heading:
         return ""
     x = heading[0]
     parts = [] if x["bound"] is None else [f"bound {x['bound']:+.3f} (needs {x['op']} {x['limit']:g})"]
-    unit = "pairs" if x["slice"] == ALL else f"samples of {x['task']}"
+    unit = f"pairs of {x['route']}" if x.get("route") else "pairs" if x["slice"] == ALL else f"samples of {x['task']}"
     if x["samples"]:
         secs = f" ({fmt_duration(x['seconds'])})" if x["seconds"] else ""
         parts.append(f"~{x['samples']} more {unit}{secs}")

@@ -7,10 +7,8 @@ from typing import Any
 
 from evalsuite.core.machine import machine_text
 from evalsuite.gate.types import worst
-from evalsuite.report.deciding import (ALL, POOLED, check_n, fail_needs, pass_needs, samples_to_decide,
+from evalsuite.report.deciding import (ALL, POOLED, Row, check_n, fail_needs, pass_needs, samples_to_decide,
                                        seconds_to_decide, stat_row, stopped_drawing)
-
-Row = dict[str, Any]
 
 
 def guarantee_text(r: Row) -> str | None:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.report.deciding import fail_text, pass_text, stopped_text, to_decide
+from evalsuite.report.deciding import Row, fail_text, pass_text, stopped_text, to_decide
 from evalsuite.report.digest import POOLED, pooled_text, task_decision, task_names, variant_cards
 from evalsuite.report.html_common import delta_class, e, vclass
 from evalsuite.report.model import fmt_bytes, fmt_delta, fmt_ms
-
-Row = dict[str, Any]
 
 
 def _pct(ratio: float | None) -> str:

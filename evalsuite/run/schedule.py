@@ -4,14 +4,17 @@ measured costs (``core.costs.RunCosts``) and what is stored; ``run.rounds`` exec
 
 A want is one variant's reason to draw one task, ranked:
 
-0. a check heading to a FAIL (``Decision.failing``; or the variant's pooled check, ``Decision.pooled``, on a pooled
-   task whose own drop is beyond its tolerance): one such check deciding decides the variant;
+0. a check heading to a FAIL (``Decision.failing``; or the variant's pooled check, ``Decision.pooled``, drawn from
+   one pooled task whose own drop is beyond its tolerance, at that task's own need): one such check deciding
+   decides the variant;
 1. a first look: fewer than ``first_look`` pairs on a task (a PASS needs every task looked at, and a first look is
    where a task that breaks shows it);
 2. any other open check, towards a PASS.
 
-Ranks 0 and 1 are taken together, cheapest in seconds first, then rank 2 by seconds (``RunCosts.need_seconds``:
-the variant's measured seconds per pair and its share of the baseline's). A want that costs more than the budget left, or more pairs than the cap
+Rank by rank, cheapest in seconds first (``RunCosts.need_seconds``: the variant's measured seconds per pair and its
+share of the baseline's). A FAIL in reach comes before any first look, however cheap: a first look decides nothing
+itself, and a FAIL it might show on a dear task costs many times a chase on a cheap one (the scheduler simulation:
++10-17 points of power in 540 s, docs/gate.md). A want that costs more than the budget left, or more pairs than the cap
 leaves, is out of reach and dropped: a FAIL in reach comes before a PASS out of reach. Only the choice of *task*
 depends on what was seen; within a task the samples stay in the stream's fixed order (docs/gate.md, "Sequential
 runs", says why the anytime-valid sequences stay valid under it).
@@ -119,10 +122,9 @@ def reach(book: Book, w: Want, left: float | None) -> str:
 
 
 def order(found: Sequence[Want], tasks: Sequence[str]) -> list[Want]:
-    """Cheapest first: the checks heading to a FAIL and the first looks together by seconds (a FAIL 8 cheap pairs
-    away before a first look at a dear task; a first look at a cheap task, which may show a FAIL, before a FAIL
-    hundreds of pairs away), then the rest by seconds; ties by the task's place in ``--tasks``."""
-    return sorted(found, key=lambda w: (w.rank == OPEN, w.seconds, w.rank, tasks.index(w.task), w.variant))
+    """The checks heading to a FAIL, then the first looks, then the rest, each rank cheapest in seconds first; ties
+    by the task's place in ``--tasks``."""
+    return sorted(found, key=lambda w: (w.rank, w.seconds, tasks.index(w.task), w.variant))
 
 
 def choose(book: Book, ranked: Sequence[Want], left: float | None, last: int = 0) -> Draw | None:

@@ -74,3 +74,24 @@ def more_needed(parts: Sequence[Part], alpha: float = seq.ALPHA, cap: int = seq.
         return bool(rejects(scaled, 0.0, alpha))
 
     return seq.extra_to_decide(n, cap, ok)
+
+
+def more_needed_from(parts: Sequence[Part], k: int, alpha: float = seq.ALPHA, cap: int = seq.MAX_MORE) -> int:
+    """About how many more pairs of task ``k`` alone (its observed mix persisting, the other tasks as they stand)
+    before the sequence would show a task beyond its tolerance: what a run drawing the pooled check's pairs from
+    that one task needs (0 if it already shows it; ``cap`` if it never would, e.g. task k's margin is not
+    negative). The cheapest task to draw is the scheduler's choice (``evalsuite.run.schedule``)."""
+    v, w, t = parts[k]
+    w = np.asarray(w, dtype=float)
+    n = float(np.sum(w))
+    if n <= 0:
+        return cap
+    if bool(rejects(parts, 0.0, alpha)):
+        return 0
+
+    def ok(total: int) -> bool:
+        scaled = list(parts)
+        scaled[k] = (v, w * (total / n), t)
+        return bool(rejects(scaled, 0.0, alpha))
+
+    return seq.extra_to_decide(n, cap, ok)

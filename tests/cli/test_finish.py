@@ -74,11 +74,13 @@ def test_a_variant_heading_to_a_fail_says_so_instead_of_what_a_pass_needs(tmp_pa
     lines: list[str] = []
     assert gate_and_report(store, None, echo=lines.append, report=False) == gated.gate.exit_code
     at = next(i for i, x in enumerate(lines) if x.startswith("w4g64 ") and "INCONCLUSIVE  (" in x)
-    seconds = pool.more_needed * ((0.5 + 0.25) + (1.5 + 0.25)) / 2  # the pooled tasks' mean cost of a pair
+    needs = dict(pool.needs_from)  # json and code lose alike: either alone needs the same pairs
+    assert set(needs) == {"json", "code"} and needs["json"] == needs["code"]
+    seconds = needs["json"] * (0.5 + 0.25)  # drawn from json, the cheaper task (code: 1.5 + 0.25 a pair)
     pools = ",".join(t for t, _ in pool.pools)
     head, also = lines[at + 1].strip().split("; also heading there: ")
     assert head == (f"heading to FAIL: pooled_max_drop over {pools}: bound {pool.ci[1]:+.3f} (needs < 0), "
-                    f"~{pool.more_needed} more pairs (~{seconds:.0f} s)")
+                    f"~{needs['json']} more pairs of json (~{seconds:.0f} s)")
     assert sorted(also.split(", ")) == ["code max_drop", "json max_drop"]  # the flip rates are not past theirs
     assert not any("PASS needs" in x for x in lines[at:at + 2])
     w8 = next(i for i, x in enumerate(lines) if x.startswith("w8 ") and "INCONCLUSIVE  (" in x)
@@ -106,7 +108,8 @@ def test_the_report_cards_say_heading_to_fail_first(tmp_path):
     assert [x["samples"] for x in heading] == sorted(x["samples"] for x in heading)
     assert all(x["seconds"] is None for x in heading) and heading[1]["limit"] == -heading[1]["threshold"]
     text = fail_text(heading)
-    assert "more pairs;" in text and " s)" not in text  # no seconds without a measured cost
+    assert "more pairs of code;" in text and " s)" not in text  # no seconds without a measured cost: fewest pairs,
+    # a tie by name
     md = render_markdown(model)
     card = next(x for x in md.splitlines() if "`w4g64`" in x)
     assert "**Heading to FAIL: pooled_max_drop over code,json: bound" in card and "PASS needs" not in card
@@ -123,7 +126,8 @@ def test_the_report_cards_say_heading_to_fail_first(tmp_path):
     assert lead[0]["task"] == "code" and fail_text(lead).startswith("heading to FAIL: code max_drop: bound ")
     # an extrapolated FAIL thousands of samples away (a 1-flip estimate) is no heading: the card says what a PASS
     # needs, that check among those to come back inside
-    far = [{**c, "more_needed": FAR + 1} for c in model["checks"]]
+    far = [{**c, "more_needed": FAR + 1, "needs_from": [[t, FAR + 1] for t, _ in c.get("needs_from") or []]}
+           for c in model["checks"]]
     card = variant_cards({**model, "checks": far})[0]
     assert card["variant"] == "w4g64" and card["to_fail"] == [] and card["to_pass"]["back"]
 

@@ -108,3 +108,32 @@ def test_the_pooled_bet_counts_every_pair_from_a_tasks_first_one() -> None:
     g = gate_run(two_short, {"q": [r for r in var if r.task != "json" or int(r.sample_id.split("-")[1]) < 4]}, {},
                  POLICY, set(TASKS))[1]
     assert not [c for c in g.checks if c.check == "pooled_max_drop"]  # only code has min_samples pairs
+
+
+def test_the_pooled_need_from_one_task_is_its_own_pairs_and_decides_when_drawn() -> None:
+    """Issue 55: the pooled check's need priced per task it may be drawn from. Drawing the task furthest beyond its
+    tolerance alone needs fewer pairs than spreading them over tasks that sit inside theirs; a task inside its
+    tolerance is never offered; and drawing the stated pairs (the observed mix persisting) does decide it."""
+    g = gate(16, {"reasoning": 4, "needle": 1})  # reasoning -0.25 (t 0.10), needle -0.0625 (t 0.05)
+    (p,) = [c for c in g.checks if c.check == "pooled_max_drop"]
+    assert p.verdict == "INCONCLUSIVE" and p.more_needed
+    needs = dict(p.needs_from)
+    assert set(needs) == {"reasoning", "needle"}  # code and json are inside their tolerance
+    assert needs["reasoning"] < p.more_needed < needs["needle"]
+
+    def parts(reasoning_pairs: float) -> list[pooled.Part]:
+        """The gated pairs, reasoning grown to ``reasoning_pairs`` with its mix (a quarter lost, the rest ties)."""
+        lost = {"reasoning": reasoning_pairs / 4, "needle": 1.0}
+        n = {"reasoning": reasoning_pairs}
+        return [(np.array([0.0, 0.5]), np.array([lost.get(t, 0.0), n.get(t, 16.0) - lost.get(t, 0.0)]),
+                 0.10 if t == "reasoning" else 0.05) for t in TASKS]
+
+    assert not pooled.rejects(parts(16), 0.0, p.alpha)
+    assert not pooled.rejects(parts(16 + needs["reasoning"] - 1), 0.0, p.alpha)
+    assert pooled.rejects(parts(16 + needs["reasoning"]), 0.0, p.alpha)  # exactly the stated need decides it
+
+
+def test_pooled_need_from_a_task_inside_its_tolerance_is_never() -> None:
+    parts = [(np.array([0.0, 0.5]), np.array([4.0, 12.0]), 0.10), (np.array([0.5]), np.array([16.0]), 0.05)]
+    assert pooled.more_needed_from(parts, 1, 0.025) == seq.MAX_MORE  # ties only: its margin is +0.05
+    assert 0 < pooled.more_needed_from(parts, 0, 0.025) < pooled.more_needed(parts, 0.025)

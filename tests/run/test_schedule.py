@@ -141,3 +141,24 @@ def test_catching_up_on_samples_the_baseline_holds_takes_a_batch_not_a_pair_at_a
     draw = choose(b, ranked, left=None, last=19)
     assert draw.variants == ("kv",) and draw.target == 35  # up to what the baseline holds: no new baseline sample
     assert draw_seconds(b, "reasoning", ["kv"], draw.target) == 19 * 20.0 / 16  # kv's own pairs only
+
+
+def test_a_fail_in_reach_is_drawn_before_a_cheaper_first_look():
+    """Issue 55 on a Zen 1: first looks at json and code (~13 s a pair) went before the FAIL chases on reasoning
+    (~2.4 s a pair) because each first look was the cheaper want, though a first look decides nothing and the
+    FAIL after it on such a task costs many times the chase. A FAIL in reach comes first; then the first looks by
+    seconds; then the rest."""
+    b = book(LOOKED, ZEN1)
+    decision = Decision({"w": "INCONCLUSIVE", "kv": "INCONCLUSIVE"},
+                        open={"w": {"reasoning": 90, "json": 90, "code": 0, "needle": 0},
+                              "kv": {"reasoning": 40, "json": 40, "code": 0, "needle": 0}},
+                        failing={"w": {"reasoning": 90}})
+    ranked = order(price(b, wants(b, decision)), TASKS)
+    fail = ranked[0]
+    assert (fail.variant, fail.task, fail.rank) == ("w", "reasoning", FAILING)
+    first_looks = [w for w in ranked if w.rank == FIRST_LOOK]
+    assert first_looks and all(w.seconds < fail.seconds for w in first_looks)  # cheaper, yet after it
+    assert [w.rank for w in ranked] == sorted(w.rank for w in ranked)
+    assert [w.seconds for w in first_looks] == sorted(w.seconds for w in first_looks)
+    draw = choose(b, ranked, left=500.0, last=16)
+    assert draw.task == "reasoning" and draw.target == 48  # at most GROWTH x the last draw: look again first
