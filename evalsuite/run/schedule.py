@@ -13,11 +13,12 @@ A want is one variant's reason to draw one task, ranked:
 
 Rank by rank, cheapest in seconds first (``RunCosts.need_seconds``: the variant's measured seconds per pair and its
 share of the baseline's). A FAIL in reach comes before any first look, however cheap: a first look decides nothing
-itself, and a FAIL it might show on a dear task costs many times a chase on a cheap one (the scheduler simulation:
-+10-17 points of power in 540 s, docs/gate.md). A want that costs more than the budget left, or more pairs than the cap
-leaves, is out of reach and dropped: a FAIL in reach comes before a PASS out of reach. Only the choice of *task*
-depends on what was seen; within a task the samples stay in the stream's fixed order (docs/gate.md, "Sequential
-runs", says why the anytime-valid sequences stay valid under it).
+itself, and a FAIL it might show on a dear task costs many times a chase on a cheap one (the scheduler simulation: a
+drop on the cheap task FAILed 6-20 points more often, a drop everywhere as often but sooner; docs/gate.md). A want
+that costs more than the budget left, or more pairs than the cap leaves, is out of reach and dropped: a FAIL in
+reach comes before a PASS out of reach. Only the choice of *task* depends on what was seen; within a task the
+samples stay in the stream's fixed order (docs/gate.md, "Sequential runs", says why the anytime-valid sequences stay
+valid under it).
 """
 from __future__ import annotations
 
