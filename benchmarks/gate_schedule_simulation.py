@@ -232,7 +232,7 @@ def first_look_table(churns: Sequence[float], budgets: Sequence[float], reps: in
     cases += [gst.Multi("no change", c, (0,) * 4, "none") for c in churns]
     print("\nFirst look: FAIL % (± 1.96 s.e.), median seconds to a decision (decided replicates); "
           + " vs ".join(f"first_look {f}" for f in first_looks))
-    print(f"| scenario | churn | budget s | reps | " + " | ".join(f"FAIL / PASS % @{f} | median s @{f}"
+    print("| scenario | churn | budget s | reps | " + " | ".join(f"FAIL / PASS % @{f} | median s @{f}"
                                                             for f in first_looks) + " |")
     print("|---|---|---|---|" + "---|---|" * len(first_looks))
     for i, sc in enumerate(cases):
@@ -288,7 +288,7 @@ def main() -> None:
     budgets = [float(x) for x in args.budgets.split(",")]
     t0 = time.perf_counter()
     gst.memoize_numerics()
-    print(f"seconds per pair (baseline + variant), per task: "
+    print("seconds per pair (baseline + variant), per task: "
           + ", ".join(f"{t} {SECONDS[BASE][t] + SECONDS[VARIANT][t]:.1f}" for t in TASKS)
           + f"; lockstep n pairs of every task: {PER_N:.1f} n s; budgets {budgets} (draws get "
           + ", ".join(f"{reserve(b):.0f}" for b in budgets) + " s)")
