@@ -11,7 +11,7 @@ first looks, no estimates, no regressing chases: a real run needs more.
     python benchmarks/gate_oracle.py --per-check           # every check at alpha (``false_fail: per_check``)
     python benchmarks/gate_oracle.py --baseline-free       # the baseline's answers stored (cost 0)
 
-Defaults: the effects `make gate` showed in fp32 on one core of the AMX Xeon (the same flips as issue 55's Zen 1)
+Defaults: the effects `make gate` showed in fp32 on one core of the AMX Xeon (close to issue 55's Zen 1)
 and that run's seconds per sample (benchmarks/RESULTS.md, "the Zen-1 stand-in").
 """
 from __future__ import annotations
