@@ -256,7 +256,7 @@ def shaped_table(budgets: Sequence[float], reps: int, cap: int, seed: int) -> No
     """A variant shaped like the embedded model's ``w4g64`` (``SHAPED``): noisy json whose first looks lean to a
     FAIL, a real drop on the dear tasks. How often, and how soon, is it FAILed?"""
     rng = np.random.default_rng(seed + 900)
-    codes = {t: rng.choice(4, size=(reps, cap), p=gst._probs(*SHAPED[t])).astype(np.int8) for t in gst.TOL}
+    codes = {t: rng.choice(4, size=(reps, cap), p=gst.outcome_probs(*SHAPED[t])).astype(np.int8) for t in gst.TOL}
     print("\nShaped like the embedded model's w4g64 (churn, drop per task: "
           + ", ".join(f"{t} {c:.2f}, {d:.2f}" for t, (c, d) in SHAPED.items()) + ")")
     print("| budget s | reps | FAIL % | median s to the FAIL | pairs per task at the end |")

@@ -67,7 +67,7 @@ def scenarios(churns: Sequence[float] = (0.01, 0.05, 0.10)) -> list[Multi]:
     return out
 
 
-def _probs(churn: float, drop: float) -> list[float]:
+def outcome_probs(churn: float, drop: float) -> list[float]:
     """P of the outcome codes 0 right->wrong, 1 both right, 2 both wrong, 3 wrong->right (baseline right 0.6)."""
     r2w, w2r = churn / 2 + drop, churn / 2
     return [r2w, P_BASE - r2w, 1 - P_BASE - w2r, w2r]
@@ -79,12 +79,12 @@ def draw(sc: Multi, reps: int, n: int, seed: int) -> dict[str, np.ndarray]:
     out = {}
     for (task, t), f in zip(TOL.items(), sc.drops):
         if task != "needle":
-            out[task] = rng.choice(4, size=(reps, n), p=_probs(sc.churn, f * t)).astype(np.int8)
+            out[task] = rng.choice(4, size=(reps, n), p=outcome_probs(sc.churn, f * t)).astype(np.int8)
             continue
         long = np.arange(n) % 3 == 2
         rest = f * (3 * t - SLICE_TOL) / 2
-        codes = rng.choice(4, size=(reps, n), p=_probs(sc.churn, rest)).astype(np.int8)
-        codes[:, long] = rng.choice(4, size=(reps, int(long.sum())), p=_probs(sc.churn, f * SLICE_TOL))
+        codes = rng.choice(4, size=(reps, n), p=outcome_probs(sc.churn, rest)).astype(np.int8)
+        codes[:, long] = rng.choice(4, size=(reps, int(long.sum())), p=outcome_probs(sc.churn, f * SLICE_TOL))
         out[task] = codes
     return out
 

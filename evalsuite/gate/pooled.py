@@ -67,5 +67,6 @@ def _needs_from(rows: Sequence[tuple[PairedStats, float]], parts: Sequence[poole
                 level: float) -> tuple[tuple[str, int], ...]:
     """Per pooled task beyond its own tolerance (Δ + t < 0), the pairs of it alone that would decide the check
     (those out of reach, ``MAX_MORE``, left out): a run draws them from whichever is cheapest."""
-    needs = ((st.task, pooled.more_needed_from(parts, k, level)) for k, (st, t) in enumerate(rows) if st.delta + t < 0)
+    needs = ((st.task, pooled.more_needed_from(parts, k, level))
+             for k, (st, t) in enumerate(rows) if st.delta + t < 0)
     return tuple((task, n) for task, n in needs if n < seq.MAX_MORE)

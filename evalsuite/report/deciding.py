@@ -57,8 +57,10 @@ def seconds_to_decide(r: Row, check: Row) -> float | None:
     if not more or not cost:
         return None
     route = pooled_route(r, check)
-    tasks = ([route[0]] if route else [t for t, _ in check.get("pools") or []]) if check["task"] == POOLED \
-        else [check["task"]]
+    if route is not None:
+        tasks = [route[0]]
+    else:
+        tasks = [t for t, _ in check.get("pools") or []] if check["task"] == POOLED else [check["task"]]
     per = [task_seconds(r, check["variant"], t, more) for t in tasks if f"{check['variant']}/{t}" in cost]
     return sum(per) / len(per) if per else None
 

@@ -63,17 +63,7 @@ def more_needed(parts: Sequence[Part], alpha: float = seq.ALPHA, cap: int = seq.
     """About how many more pairs, over all tasks in their present proportions, before the sequence would show
     a task beyond its tolerance if the observed mix persisted (0 if it already does; ``cap`` if it never would,
     e.g. no task's margin is negative)."""
-    n = sum(float(np.sum(w)) for _, w, _ in parts)
-    if n <= 0:
-        return cap
-    if bool(rejects(parts, 0.0, alpha)):
-        return 0
-
-    def ok(total: int) -> bool:
-        scaled = [(v, np.asarray(w, dtype=float) * (total / n), t) for v, w, t in parts]
-        return bool(rejects(scaled, 0.0, alpha))
-
-    return seq.extra_to_decide(n, cap, ok)
+    return _more(parts, range(len(parts)), alpha, cap)
 
 
 def more_needed_from(parts: Sequence[Part], k: int, alpha: float = seq.ALPHA, cap: int = seq.MAX_MORE) -> int:
@@ -81,17 +71,21 @@ def more_needed_from(parts: Sequence[Part], k: int, alpha: float = seq.ALPHA, ca
     before the sequence would show a task beyond its tolerance: what a run drawing the pooled check's pairs from
     that one task needs (0 if it already shows it; ``cap`` if it never would, e.g. task k's margin is not
     negative). The cheapest task to draw is the scheduler's choice (``evalsuite.run.schedule``)."""
-    v, w, t = parts[k]
-    w = np.asarray(w, dtype=float)
-    n = float(np.sum(w))
+    return _more(parts, [k], alpha, cap)
+
+
+def _more(parts: Sequence[Part], grown: Sequence[int], alpha: float, cap: int) -> int:
+    """The pairs beyond those held by the tasks ``grown`` (each scaled up with its observed mix, in their present
+    proportions; the other tasks as they stand) at which the sequence first rejects 0."""
+    n = sum(float(np.sum(parts[k][1])) for k in grown)
     if n <= 0:
         return cap
     if bool(rejects(parts, 0.0, alpha)):
         return 0
 
     def ok(total: int) -> bool:
-        scaled = list(parts)
-        scaled[k] = (v, w * (total / n), t)
+        scaled = [(v, np.asarray(w, dtype=float) * (total / n) if k in grown else w, t)
+                  for k, (v, w, t) in enumerate(parts)]
         return bool(rejects(scaled, 0.0, alpha))
 
     return seq.extra_to_decide(n, cap, ok)
