@@ -89,14 +89,14 @@ test:
 	@mkdir -p $(dir $(STEP_TIMES)) && : > $(STEP_TIMES)
 	@for step in setup browser server-deps vllm llmc; do \
 	  bash .ci/timed $(STEP_TIMES) $$step $(MAKE) --no-print-directory $$step || exit 1; done
-	$(TEST_ENV) $(PY) -m pytest -q $(XDIST) --durations=25 $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -q -rs $(XDIST) --durations=25 $(PYTEST_ARGS)
 
 # The edit-test loop (<= 3 min on 2 cores): tiny random-weight models only; no embedded model, no servers, no side
 # venvs (markers, not file lists: tests/conftest.py marks every test that uses one and fails a test that loads the
 # embedded model or starts a server without its marker). CI runs `make test`.
 FAST_MARKS := not embedded and not server and not slow and not vllm and not llmc
 test-fast: setup
-	EVALSUITE_TEST_CPU_BUDGET_ENFORCE=1 $(PY) -m pytest -q $(XDIST) -m "$(FAST_MARKS)" --durations=10 $(PYTEST_ARGS)
+	EVALSUITE_TEST_CPU_BUDGET_ENFORCE=1 $(PY) -m pytest -q -rs $(XDIST) -m "$(FAST_MARKS)" --durations=10 $(PYTEST_ARGS)
 
 # Built once per machine, not once per clone: the llama.cpp wheel and the vLLM and llm-compressor venvs live in the
 # user cache (EVALSUITE_CACHE: $XDG_CACHE_HOME/evalsuite, else ~/.cache/evalsuite), each in a folder named by a hash

@@ -23,12 +23,23 @@ from collections.abc import Mapping
 
 CAP = "AVX512_CORE_FP16"  #: the oneDNN level just below AVX512_CORE_AMX
 _VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+#: the CPU flags evalsuite's own feature checks believe instead of /proc/cpuinfo's (space-separated, e.g.
+#: ``"avx avx2 fma"`` to see what an AVX2-only CPU such as a Zen 1 is told; an environment variable, so the CLI in a
+#: subprocess sees it too). It changes evalsuite's decisions only, never the kernels torch or oneDNN pick: pair it
+#: with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` to compute as such a CPU would.
+OVERRIDE = "EVALSUITE_CPU_FLAGS"
+CPUINFO = "/proc/cpuinfo"
 
 
-def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
-    """The CPU's feature flags (empty where ``path`` is missing or unreadable)."""
+def cpu_flags(path: str | None = None, env: Mapping[str, str] | None = None) -> set[str]:
+    """The CPU's feature flags: ``$EVALSUITE_CPU_FLAGS`` where it is set and no ``path`` is given, else the flags
+    lines of ``path`` (default ``/proc/cpuinfo``; empty where it is missing or unreadable). Pass ``CPUINFO`` to read
+    the hardware whatever the override says."""
+    env = os.environ if env is None else env
+    if path is None and env.get(OVERRIDE, "").strip():
+        return set(env[OVERRIDE].split())
     try:
-        with open(path) as fh:
+        with open(path or CPUINFO) as fh:
             return {f for line in fh if line.startswith("flags") for f in line.split(":", 1)[1].split()}
     except OSError:
         return set()

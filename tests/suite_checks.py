@@ -125,7 +125,9 @@ def machine_line() -> str:
     except OSError:
         pass
     shown = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
-    return f"{model}, {os.cpu_count()} cores, flags: {' '.join(shown) or 'none of avx2/avx512/amx'}"
+    told = os.environ.get("EVALSUITE_CPU_FLAGS", "").strip()
+    return (f"{model}, {os.cpu_count()} cores, flags: {' '.join(shown) or 'none of avx2/avx512/amx'}"
+            + (f"; evalsuite is told EVALSUITE_CPU_FLAGS={told!r}" if told else ""))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

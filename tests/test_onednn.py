@@ -31,7 +31,7 @@ PROBE = ("import evalsuite, torch; from evalsuite.models.invariance import probe
 
 
 @pytest.mark.slow
-@pytest.mark.skipif("amx_bf16" not in onednn.cpu_flags(), reason="this CPU has no AMX")
+@pytest.mark.skipif("amx_bf16" not in onednn.cpu_flags(onednn.CPUINFO), reason="this CPU has no AMX (hardware flags)")
 def test_capping_onednn_below_amx_makes_bf16_matmuls_batch_invariant() -> None:
     """What docs/verification.md tells AMX users, checked on this machine at SmolLM2-135M's shapes."""
     env = {k: v for k, v in os.environ.items() if k not in CLEAN}

@@ -2,6 +2,7 @@
 where vLLM's device cannot run them: one line, exit 2, before any server starts."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.onednn import cpu_flags
+from evalsuite.onednn import CPUINFO, OVERRIDE, cpu_flags
 from evalsuite.served.vllm.backend import FP8_KV_AVX512, fp8_kv_runs, refuse_unsupported
 from evalsuite.served.vllm.specs import parse_served
 
@@ -30,6 +31,19 @@ def test_other_variants_pass_on_cpu() -> None:
     refuse_unsupported(specs, "cpu", "0.32", cpu={"avx2", "amx_tile"})
 
 
+def test_the_override_is_what_the_refusal_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$EVALSUITE_CPU_FLAGS`` replaces /proc/cpuinfo's flags for the refusal (what an AVX2 CPU is told, on any CPU),
+    and an explicit path still reads the file."""
+    spec = parse_served("vkvf8", "/m")
+    monkeypatch.setenv(OVERRIDE, "avx avx2 fma")
+    assert cpu_flags() == {"avx", "avx2", "fma"}
+    with pytest.raises(EvalsuiteError, match="AVX-512"):
+        refuse_unsupported([spec], "cpu", "0.32.0")
+    monkeypatch.setenv(OVERRIDE, " ".join(sorted(FP8_KV_AVX512)))
+    refuse_unsupported([spec], "cpu", "0.32.0")
+    assert cpu_flags(CPUINFO) == cpu_flags(CPUINFO, env={})
+
+
 @pytest.mark.parametrize("text", ["vkvf8", "vkvf8e5", "bf16+vkvf8", 'vllm:"--kv-cache-dtype=fp8_e4m3"#k'])
 def test_fp8_kv_refused_without_avx512_or_amx(text: str) -> None:
     """vLLM 0.32's CPU attention raises "FP8 KV cache on CPU requires x86 with AVX-512 or AMX" only after its
@@ -44,10 +58,11 @@ def test_fp8_kv_refused_without_avx512_or_amx(text: str) -> None:
 
 
 def test_fp8_kv_check_is_torchs() -> None:
-    """On this machine the flags rule agrees with the torch functions vLLM's CPU attention asks."""
+    """On this machine's hardware (never ``$EVALSUITE_CPU_FLAGS``) the flags rule agrees with the torch functions
+    vLLM's CPU attention asks."""
     import torch
 
-    assert fp8_kv_runs(cpu_flags()) == (torch.cpu._is_avx512_supported() or torch.cpu._is_amx_tile_supported())
+    assert fp8_kv_runs(cpu_flags(CPUINFO)) == (torch.cpu._is_avx512_supported() or torch.cpu._is_amx_tile_supported())
 
 
 def test_failed_start_names_the_root_cause(tmp_path: Path) -> None:
@@ -69,16 +84,16 @@ def test_failed_start_names_the_root_cause(tmp_path: Path) -> None:
 @pytest.mark.vllm
 @pytest.mark.parametrize("variant", ["wf8", "vkvf8"])
 def test_cli_refuses_on_cpu_before_any_server(variant: str, tmp_path: Path, vllm_python_path: str) -> None:
+    """The CLI in a subprocess is told it runs on an AVX2-only CPU (``$EVALSUITE_CPU_FLAGS``), whatever this one has:
+    the same outcome on every ISA."""
     from evalsuite.served.vllm.server import vllm_version
 
     if vllm_version(vllm_python_path)[1] != "cpu":
         pytest.skip("vLLM here is not the CPU build")  # a GPU vLLM serves both
-    if variant == "vkvf8" and fp8_kv_runs(cpu_flags()):
-        pytest.skip("this CPU has AVX-512 or AMX: vLLM serves vkvf8 (test_vllm_live runs it)")
     exe = str(Path(sys.executable).with_name("evalsuite"))
     p = subprocess.run([exe, "run", "--engine", "vllm", "--vllm-python", vllm_python_path, "--variants", variant,
                         "--tasks", "json", "--limit", "1", "--out", str(tmp_path), "-q"],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env={**os.environ, OVERRIDE: "avx avx2 fma"})
     lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
     assert p.returncode == 2 and len(lines) == 1 and "fp8" in lines[0], p.stderr
     assert not list(tmp_path.rglob("servers"))  # no server log: nothing started

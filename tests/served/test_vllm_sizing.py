@@ -17,6 +17,8 @@ from evalsuite.served.vllm.sizes import model_window, server_need
 from evalsuite.served.vllm.specs import flag_values, parse_served
 
 CONFIGS = Path(__file__).parents[1] / "data" / "configs"
+#: a variant that vLLM serves on every CPU (no FP8 KV, no FP8 weights)
+EAGER = 'vllm:"--enforce-eager"#eager'
 
 
 def _safetensors(path: Path, tensors: dict[str, tuple[str, list[int], int]]) -> None:
@@ -178,7 +180,8 @@ def test_cli_refuses_a_task_longer_than_the_window_before_any_server(tmp_path: P
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Through ``evalsuite run --engine vllm``: the tasks are prepared and measured first, and a task that needs
     more than the served model's window is one line (exit 2); no server was started (a stand-in interpreter
-    answers vLLM's version probe and nothing else)."""
+    answers vLLM's version probe and nothing else). The variant is one every CPU's vLLM serves (an FP8 KV cache would
+    be refused first on an AVX2-only CPU, before the window is looked at)."""
     from click.testing import CliRunner
 
     from evalsuite.cli import cli
@@ -187,7 +190,7 @@ def test_cli_refuses_a_task_longer_than_the_window_before_any_server(tmp_path: P
     fake.write_text("#!/bin/sh\necho 0.32.0 cpu\n")
     fake.chmod(0o755)
     monkeypatch.chdir(tmp_path)
-    res = CliRunner().invoke(cli, ["run", "--engine", "vllm", "--vllm-python", str(fake), "--variants", "vkvf8",
+    res = CliRunner().invoke(cli, ["run", "--engine", "vllm", "--vllm-python", str(fake), "--variants", EAGER,
                                    "--tasks", "reasoning", "--limit", "2", "--param", "reasoning.max_new_tokens=9000",
                                    "--no-gate", "-q"], standalone_mode=False)
     assert isinstance(res.exception, EvalsuiteError) and res.exception.exit_code == 2, res.output
