@@ -175,3 +175,55 @@ def results_link_problems(text: str, results: str) -> list[str]:
     """Links to ``benchmarks/RESULTS.md#anchor`` whose anchor names no heading there."""
     known = anchors(results)
     return [f"RESULTS.md#{a}: no such entry" for a in re.findall(r"RESULTS\.md#([^)\s>]+)", text) if a not in known]
+
+
+def _table_rows(section: str, header: str) -> list[list[str]]:
+    """The cells of each row of the first table in ``section`` whose header row starts with ``header``."""
+    at = section.find(header)
+    if at < 0:
+        return []
+    rows = []
+    for line in section[at:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+    return rows
+
+
+def _code_value(cell: str) -> tuple[bool, object]:
+    """The YAML value of a cell's first inline code, and whether it has one."""
+    import yaml
+
+    found = _SPAN.search(cell)
+    return (found is not None, yaml.safe_load(found.group(1)) if found else None)
+
+
+def task_parameter_problems(text: str, defaults: dict[str, dict]) -> list[str]:
+    """Each ``### `task``` section's parameter table against the task's ``default_params``: every parameter it has,
+    each at its default."""
+    out = []
+    for name, section in re.findall(r"^### `([^`]+)`\n(.*?)(?=^### |\Z)", text, re.M | re.S):
+        rows = _table_rows(section, "| parameter | default |")
+        if name not in defaults:
+            continue
+        if not rows and defaults[name]:
+            out.append(f"{name}: no parameter table (| parameter | default | meaning |)")
+        documented = {}
+        for cells in rows:
+            has, value = _code_value(cells[1])
+            documented[cells[0].strip("`")] = value if has else cells[1]
+        out += [f"{name}.{p}: the docs say {v!r}, the task's default is {defaults[name].get(p, 'absent')!r}"
+                for p, v in documented.items() if defaults[name].get(p, "absent") != v]
+        out += [f"{name}.{p}: not in the docs' parameter table" for p in defaults[name] if p not in documented]
+    return out
+
+
+def policy_default_problems(text: str, shipped: dict) -> list[str]:
+    """The policy page's key table: each ``shipped default`` given in code is the shipped policy's."""
+    out = []
+    for cells in _table_rows(text, "| key | value |"):
+        has, value = _code_value(cells[-1])
+        key = cells[0].strip("`")
+        if has and shipped.get(key, "absent") != value:
+            out.append(f"defaults.{key}: the docs say {value!r}, the shipped policy has {shipped.get(key, 'absent')!r}")
+    return out

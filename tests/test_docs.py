@@ -11,8 +11,8 @@ import pytest
 
 from evalsuite import paths
 from evalsuite.cli.reference import check_command, command_options, reference
-from tests.docs_checks import (default_problems, github_slug, make_problems, option_problems, results_link_problems,
-                               tool_flags)
+from tests.docs_checks import (default_problems, github_slug, make_problems, option_problems, policy_default_problems,
+                               results_link_problems, task_parameter_problems, tool_flags)
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -193,3 +193,36 @@ def test_every_link_to_a_measurement_finds_its_dated_entry(path):
     results = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
     problems = results_link_problems(path.read_text(encoding="utf-8"), results)
     assert not problems, "\n".join(problems)
+
+
+# --- the defaults of task parameters and policy keys the docs tabulate ---
+
+def _task_defaults() -> dict[str, dict]:
+    from evalsuite.tasks.registry import default_registry
+
+    registry = default_registry(plugins=False)
+    return {name: dict(registry.get(name).default_params) for name in registry.names()}
+
+
+def test_a_task_parameter_table_must_hold_the_task_s_defaults():
+    page = "### `needle`\n\n| parameter | default | meaning |\n|---|---|---|\n| `depths` | `[0.1, 0.5]` | |\n"
+    assert task_parameter_problems(page, {"needle": {"depths": [0.1, 0.5]}}) == []
+    assert task_parameter_problems(page, {"needle": {"depths": [0.1, 0.9], "repeats": 1}}) == [
+        "needle.depths: the docs say [0.1, 0.5], the task's default is [0.1, 0.9]",
+        "needle.repeats: not in the docs' parameter table"]
+
+
+def test_every_built_in_task_s_parameters_are_tabulated_at_their_defaults():
+    problems = task_parameter_problems((ROOT / "docs" / "tasks.md").read_text(encoding="utf-8"), _task_defaults())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_policy_page_states_the_shipped_defaults():
+    import yaml
+    from importlib.resources import files
+
+    shipped = yaml.safe_load((files("evalsuite.gate") / "default_policy.yaml").read_text(encoding="utf-8"))["defaults"]
+    page = (ROOT / "docs" / "policy.md").read_text(encoding="utf-8")
+    assert policy_default_problems(page, shipped) == []
+    assert policy_default_problems(page, {**shipped, "max_drop": 0.03}) == [
+        "defaults.max_drop: the docs say 0.05, the shipped policy has 0.03"]
