@@ -75,8 +75,8 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--noise-floor", is_flag=True, help="Also rerun the baseline at another batch size (noise floor).")
 @click.option("--baseline", "baseline_dir", type=click.Path(path_type=Path),
               help="Stored baselines folder to reuse strictly: a mismatch is an error. Without it (and without "
-                   f"--store-baseline), a matching baseline in the stored baselines folder ({BASELINES_HELP}) is reused "
-                   "when that folder exists, and one that does not match is logged and recomputed.")
+                   f"--store-baseline), a matching baseline in the stored baselines folder ({BASELINES_HELP}) is "
+                   "reused when that folder exists, and one that does not match is logged and recomputed.")
 @click.option("--store-baseline", "store_baseline", type=click.Path(path_type=Path),
               help="Reuse the matching stored baseline answers in this folder and store this run's back (grown: "
                    "a later run regenerates none of them and asks the baseline only for new samples).")
