@@ -20,6 +20,12 @@ HOME_ENV = "EVALSUITE_HOME"
 CACHE_ENV = "EVALSUITE_CACHE"
 TASK_CONFIG_ENV = "EVALSUITE_TASK_CONFIG"
 
+#: Each folder's default as the command-line help states it (docs/cli.md is generated from that help).
+HOME_HELP = "<home>: $EVALSUITE_HOME, else the working directory"
+RUNS_HELP = f"$EVALSUITE_RUNS, else <home>/runs; {HOME_HELP}"
+REPORTS_HELP = f"$EVALSUITE_REPORTS, else <home>/reports; {HOME_HELP}"
+BASELINES_HELP = f"$EVALSUITE_BASELINES, else <home>/baselines; {HOME_HELP}"
+
 
 def home() -> Path:
     """The folder runs, reports and baselines live under: ``$EVALSUITE_HOME``, else the working directory (as the

@@ -34,7 +34,7 @@ def ablate(model: str, dtype: str, device: str | None, sweeps: tuple[str, ...], 
            quiet: bool) -> int:
     """Run every swept variant and the baseline on identical samples; write a table and plots of each task's
     score (95% CI) and KLD against bytes (weight bytes, or KV bytes per token for KV-only variants), with the
-    Pareto front marked, under reports/<run>/."""
+    Pareto front marked, under <reports folder>/<run>/."""
     from evalsuite.cli.backends import make_backend
     from evalsuite.cli.common import set_run_dir
     from evalsuite.cli.run_cmd import parse_params

@@ -7,6 +7,7 @@ import click
 
 from evalsuite.cli.common import (baselines_root, check_device, model_options, quiet_libraries, runs_root,
                                   task_config_option)
+from evalsuite.paths import BASELINES_HELP
 from evalsuite.core.config import DEFAULT_TASKS, RunConfig
 
 
@@ -22,7 +23,8 @@ from evalsuite.core.config import DEFAULT_TASKS, RunConfig
 @click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE",
               help="Override a task parameter (a YAML value), as `run --param`. Repeatable.")
 @click.option("--out", type=click.Path(path_type=Path),
-              help="Baselines folder (default: $EVALSUITE_BASELINES, else ./baselines under $EVALSUITE_HOME or the working directory).")
+              help=f"Baselines folder [default: {BASELINES_HELP}]. The command's run folder goes under the "
+                   "runs folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def baseline(model: str, dtype: str, device: str | None, tasks: str, limit: int | None, seed: int,
              params: tuple[str, ...], out: Path | None, quiet: bool) -> int:

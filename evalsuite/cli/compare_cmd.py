@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 
 from evalsuite.cli.common import runs_root, set_run_dir
+from evalsuite.paths import RUNS_HELP
 
 
 @click.command()
 @click.argument("baseline")
 @click.argument("variants", nargs=-1, required=True)
 @click.option("--policy", type=click.Path(path_type=Path), help="Gate policy YAML (default: the shipped policy).")
-@click.option("--out", type=click.Path(path_type=Path), help="Runs folder (default ./runs or $EVALSUITE_RUNS).")
+@click.option("--out", type=click.Path(path_type=Path), help=f"Runs folder [default: {RUNS_HELP}].")
 @click.option("--run-id", help="Name of the run folder (default compare-YYYYmmdd-HHMMSS).")
 @click.option("--metric", "metrics", multiple=True, metavar="TASK=NAME",
               help="The metric a task is scored by (default: the log's first one); NAME alone: every task. "

@@ -13,7 +13,7 @@ from evalsuite.cli.common import runs_root, set_run_dir
 @click.option("--policy", type=click.Path(path_type=Path), help="Policy YAML (default: the shipped policy).")
 @click.option("--no-report", is_flag=True, help="Only print verdicts; do not rewrite the report.")
 def gate(run: str, policy: Path | None, no_report: bool) -> int:
-    """Re-gate the stored samples of RUN (a run id under ./runs, or a run folder) in seconds.
+    """Re-gate the stored samples of RUN (a run id under the runs folder, or a run folder) in seconds.
 
     Exit codes: 0 pass, 1 fail (or inconclusive under on_inconclusive: fail), 2 bad input, 3 internal error,
     130 interrupted (Ctrl-C).

@@ -34,11 +34,25 @@ def commands(group: click.Group | None = None, prefix: tuple[str, ...] = ("evals
             yield from commands(cmd, prefix + (name,))
 
 
+def command_options() -> dict[str, dict[str, click.Option]]:
+    """Every command's options by every name they take, the command named as typed after ``evalsuite`` (``run``,
+    ``variants describe``): what the docs' option names and stated defaults are checked against."""
+    return {" ".join(path[1:]): {name: p for p in cmd.params if isinstance(p, click.Option)
+                                 for name in (*p.opts, *p.secondary_opts)}
+            for path, cmd in commands() if not isinstance(cmd, click.Group)}
+
+
+def _prose(text: str) -> str:
+    """Help text as Markdown prose: a placeholder such as ``<home>`` escaped, so that a renderer shows it rather
+    than dropping it as an unknown HTML tag."""
+    return text.replace("<", "\\<")
+
+
 def _option_row(param: click.Option) -> str:
     names = ", ".join(f"`{n}`" for n in [*param.opts, *param.secondary_opts])
     kind = ("flag" if param.is_flag else (param.metavar or param.type.name.upper())).replace("|", "\\|")
     default = param.default
-    text = " ".join((param.help or "").split()).replace("|", "\\|")
+    text = _prose(" ".join((param.help or "").split())).replace("|", "\\|")
     if param.envvar:
         text += f" Environment: `{param.envvar}`."
     if default not in (None, "", False, ()) and not callable(default) and "Sentinel" not in repr(default):
@@ -66,7 +80,7 @@ def paragraphs(text: str) -> list[str]:
         if para.startswith("\b"):
             out.append("```\n" + para[1:].strip("\n") + "\n```")
         elif para.strip():
-            out.append(" ".join(para.split()))
+            out.append(_prose(" ".join(para.split())))
     return out
 
 

@@ -6,14 +6,15 @@ from pathlib import Path
 import click
 
 from evalsuite.cli.common import reports_root, runs_root, set_run_dir
+from evalsuite.paths import REPORTS_HELP
 
 
 @click.command()
 @click.argument("run")
 @click.option("--policy", type=click.Path(path_type=Path), help="Policy YAML used for the verdicts.")
-@click.option("--out", type=click.Path(path_type=Path), help="Reports folder (default ./reports).")
+@click.option("--out", type=click.Path(path_type=Path), help=f"Reports folder [default: {REPORTS_HELP}].")
 def report(run: str, policy: Path | None, out: Path | None) -> int:
-    """Rebuild index.html, summary.md, results.json and junit.xml of RUN under reports/<run>/."""
+    """Rebuild index.html, summary.md, results.json and junit.xml of RUN under <reports folder>/<run>/."""
     from evalsuite.gate.policy import load_policy
     from evalsuite.gate.store_gate import gate_store
     from evalsuite.report.build import write_report

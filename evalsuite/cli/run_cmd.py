@@ -8,6 +8,7 @@ import click
 
 from evalsuite.cli.common import (baselines_root, check_device, model_options, quiet_libraries, runs_root, table,
                                   task_config_option)
+from evalsuite.paths import BASELINES_HELP, RUNS_HELP
 from evalsuite.errors import EvalsuiteError
 from evalsuite.core.config import DEFAULT_TASKS, DEFAULT_VARIANTS, RunConfig
 from evalsuite.served.vllm.cli import vllm_options
@@ -62,20 +63,20 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--param", "params", multiple=True, metavar="TASK.NAME=VALUE", help="Override a task parameter.")
 @click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
               help="Prompts decoded together (a sequential run's looks go in chunks of one batch).")
-@click.option("--out", type=click.Path(path_type=Path), help="Runs folder (default ./runs or $EVALSUITE_RUNS).")
+@click.option("--out", type=click.Path(path_type=Path), help=f"Runs folder [default: {RUNS_HELP}].")
 @click.option("--run-id", help="Name of the run folder (default run-YYYYmmdd-HHMMSS).")
 @click.option("--resume", "resume", metavar="RUN", help="Continue an interrupted run (its stored config is used).")
 @click.option("--accumulate", is_flag=True,
               help="Grow the evidence across invocations: continue the run of this exact configuration and code "
-                   "(runs/acc-<key>) under the new budget, or start it (docs/gate.md).")
+                   "(<runs folder>/acc-<key>) under the new budget, or start it (docs/gate.md).")
 @click.option("--policy", type=click.Path(path_type=Path), help="Gate policy YAML (default: the shipped policy).")
 @click.option("--no-gate", is_flag=True, help="Only run and store; do not gate.")
 @click.option("--kld/--no-kld", default=True, show_default=True, help="Teacher-forced KL divergence vs baseline.")
 @click.option("--noise-floor", is_flag=True, help="Also rerun the baseline at another batch size (noise floor).")
 @click.option("--baseline", "baseline_dir", type=click.Path(path_type=Path),
-              help="Stored baselines folder to reuse (strict: a mismatch is an error). [default: "
-                   "$EVALSUITE_BASELINES, else <home>/baselines (home: $EVALSUITE_HOME or the working folder) when it "
-                   "exists, else none]")
+              help="Stored baselines folder to reuse strictly: a mismatch is an error. Without it (and without "
+                   f"--store-baseline), a matching baseline in the stored baselines folder ({BASELINES_HELP}) is "
+                   "reused when that folder exists, and one that does not match is logged and recomputed.")
 @click.option("--store-baseline", "store_baseline", type=click.Path(path_type=Path),
               help="Reuse the matching stored baseline answers in this folder and store this run's back (grown: "
                    "a later run regenerates none of them and asks the baseline only for new samples).")

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from evalsuite.cli.common import check_device, model_options, quiet_libraries, runs_root, task_config_option
+from evalsuite.paths import RUNS_HELP
 from evalsuite.errors import EvalsuiteError
 from evalsuite.core.config import DEFAULT_TASKS
 
@@ -36,7 +37,8 @@ from evalsuite.core.config import DEFAULT_TASKS
 @click.option("--policy", type=click.Path(path_type=Path), help="Gate policy YAML (default: the shipped one).")
 @click.option("--gate/--no-gate", default=True, show_default=True, help="--fix: gate before/after (subprocess).")
 @click.option("--gate-limit", type=click.IntRange(min=1), help="Samples per task when gating [default: --limit].")
-@click.option("--out", type=click.Path(path_type=Path), help="Output folder [default: runs/sensitivity-<time>].")
+@click.option("--out", type=click.Path(path_type=Path),
+              help=f"Output folder [default: <runs folder>/sensitivity-<time>; <runs folder>: {RUNS_HELP}].")
 def sensitivity(model: str, dtype: str, device: str | None, variant: str, tasks: str, limit: int, seed: int,
                 params: tuple[str, ...], max_new_tokens: int, batch_size: int, unit_kind: str, fix: bool,
                 target: str | None, max_keep: float, policy: Path | None, gate: bool, gate_limit: int | None,
