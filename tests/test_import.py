@@ -1,5 +1,6 @@
 """Importing evalsuite changes nothing in the process: no environment variable, no look at the machine's load
-(``/proc/stat``). The process-wide choices are the command line's (``evalsuite.cli.main``) and ``load_model``'s."""
+(``/proc/stat``), no matplotlib backend. The process-wide choices are the command line's (``evalsuite.cli.main``)
+and ``load_model``'s."""
 from __future__ import annotations
 
 import json
@@ -58,3 +59,36 @@ def test_the_command_line_chooses_the_process_policies() -> None:
             "try:\n    main()\nexcept SystemExit:\n    pass")
     got = _spy(body)
     assert "MKL_CBWR" in got["changed"] and got["proc_stat"] is True
+
+
+#: a notebook has chosen its backend; evalsuite is imported (every module), then draws a report and a sensitivity plot
+PLOTS = """
+import importlib, json, pkgutil, tempfile
+from pathlib import Path
+import matplotlib
+matplotlib.use("svg")
+import evalsuite
+for m in pkgutil.walk_packages(evalsuite.__path__, "evalsuite."):
+    if not m.name.endswith("__main__"):
+        importlib.import_module(m.name)
+imported = matplotlib.get_backend()
+from evalsuite.report.html import render_html
+from evalsuite.sensitivity.measure import Sensitivity, UnitResult
+from evalsuite.sensitivity.report import plot
+from tests.report.test_report_render import crafted_report
+page = render_html(crafted_report())
+png = plot(Path(tempfile.mkdtemp()), Sensitivity([UnitResult("weights", "l0", 0, 0.1, 0.9, 10)]), "w4g64")
+print(json.dumps({"imported": imported, "rendered": matplotlib.get_backend(), "pngs": page.count("data:image/png"),
+                  "plot": png.read_bytes()[:4].hex()}))
+"""
+
+
+def test_the_matplotlib_backend_stays_the_users() -> None:
+    """Figures are drawn on their own Agg canvas (``report.plots``): importing evalsuite and rendering a report
+    (its needle heatmaps and forest plot) and a sensitivity plot leave the backend a notebook chose."""
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-c", PLOTS], capture_output=True, text=True, timeout=300, check=True,
+                         cwd=Path(__file__).parents[1])
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"imported": "svg", "rendered": "svg", "pngs": got["pngs"], "plot": "89504e47"} and got["pngs"] >= 2

@@ -29,7 +29,8 @@ from evalsuite.core.config import RunConfig
                    "'w4g64[keep=top{0,2,4,8}]' (the N most sensitive weight units of that ranking).")
 @click.option("--run-id", help="Run folder name (default ablate-YYYYmmdd-HHMMSS).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-def ablate(model: str, dtype: str, device: str | None, sweeps: tuple[str, ...], tasks: str, limit: int | None,
+def ablate(model: str, dtype: str, device: str | None, task_config: str | None, sweeps: tuple[str, ...], tasks: str,
+           limit: int | None,
            seed: int, params: tuple[str, ...], batch_size: int, sensitivity_file: Path | None, run_id: str | None,
            quiet: bool) -> int:
     """Run every swept variant and the baseline on identical samples; write a table and plots of each task's
@@ -55,8 +56,8 @@ def ablate(model: str, dtype: str, device: str | None, sweeps: tuple[str, ...], 
     for spec in parse_variant_list(",".join(variants)):  # keep=topN without --sensitivity fails here, not later
         check_patterns(p for _, pats in spec.weights.overrides for p in pats)
     config = RunConfig(model=model, dtype=dtype, device=device, variants=variants,
-                       tasks=[t.strip() for t in tasks.split(",")], task_params=parse_params(params), seed=seed,
-                       limit=limit, batch_size=batch_size)
+                       tasks=[t.strip() for t in tasks.split(",")], task_params=parse_params(params),
+                       task_config=task_config, seed=seed, limit=limit, batch_size=batch_size)
     quiet_libraries()
     run_dir = runs_root() / (run_id or new_run_id().replace("run-", "ablate-"))
     set_run_dir(run_dir)

@@ -26,8 +26,8 @@ from evalsuite.core.config import DEFAULT_TASKS, RunConfig
               help=f"Baselines folder [default: {BASELINES_HELP}]. The command's run folder goes under the "
                    "runs folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-def baseline(model: str, dtype: str, device: str | None, tasks: str, limit: int | None, seed: int,
-             params: tuple[str, ...], out: Path | None, quiet: bool) -> int:
+def baseline(model: str, dtype: str, device: str | None, task_config: str | None, tasks: str, limit: int | None,
+             seed: int, params: tuple[str, ...], out: Path | None, quiet: bool) -> int:
     """Run the baseline only and store its per-sample results with a manifest (model content fingerprint,
     task versions, parameters, generation settings, library versions) under baselines/<fingerprint>/.
     `evalsuite run` reuses a matching stored baseline and refuses (with the reason) one that does not match."""
@@ -41,8 +41,8 @@ def baseline(model: str, dtype: str, device: str | None, tasks: str, limit: int 
 
     device = check_device(device)  # before anything loads
     config = RunConfig(model=model, dtype=dtype, device=device, variants=["bf16"],
-                       tasks=[t.strip() for t in tasks.split(",")], task_params=parse_params(params), seed=seed,
-                       limit=limit, kld=False)
+                       tasks=[t.strip() for t in tasks.split(",")], task_params=parse_params(params),
+                       task_config=task_config, seed=seed, limit=limit, kld=False)
     quiet_libraries()
     run_dir = runs_root() / f"baseline-{new_run_id()}"
     set_run_dir(run_dir)

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import click
 
 # where runs, reports and baselines go (the commands import them from here): evalsuite.paths
-from evalsuite.paths import TASK_CONFIG_ENV, baselines_root, reports_root, runs_root  # noqa: F401
+from evalsuite.paths import baselines_root, reports_root, runs_root  # noqa: F401
 
 MODEL_HELP = "'default' (embedded SmolLM2-135M-Instruct), a local folder, a .gguf file, or an HF id (offline cache)."
 
@@ -43,18 +43,15 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--model", "-m", default="default", show_default=True, help=MODEL_HELP)(fn)
 
 
-def _use_task_config(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
-    """``--task-config DIR``: this command's task parameter files (``evalsuite.paths.task_config_dir``)."""
-    if value is not None:
-        os.environ[TASK_CONFIG_ENV] = str(value.resolve())
-
-
 def task_config_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """--task-config DIR (not passed to the command: it sets where ``tasks.params`` reads ``<task>.yaml``)."""
-    return click.option("--task-config", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                        expose_value=False, is_eager=True, callback=_use_task_config, metavar="DIR",
-                        help="Folder of task parameter files (<task>.yaml). Default: ./tasks when it exists, else "
-                             "each task's built-in defaults.")(fn)
+    """--task-config DIR, passed to the command as ``task_config`` (an absolute path, or None); the command hands it
+    on (``RunConfig.task_config``), so nothing outlives the call."""
+    return click.option("--task-config", "task_config", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                        callback=lambda ctx, param, value: str(value.resolve()) if value is not None else None,
+                        metavar="DIR",
+                        help="Folder of task parameter files (<task>.yaml). Default: $EVALSUITE_TASK_CONFIG, else "
+                             "./tasks when it exists, else each task's built-in defaults. [with --resume: the "
+                             "run's]")(fn)
 
 
 _RUN_DIR: list[Path] = []  # the run folder of the command in progress (where an internal error's traceback goes)

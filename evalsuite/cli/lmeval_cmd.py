@@ -20,8 +20,8 @@ from evalsuite.cli.common import task_config_option
 @click.option("--device", metavar="auto|cpu|cuda|cuda:N",
               help="Written into the suggested lm-eval command (model_args device=...); checked for spelling only, "
                    "since the export may be run on another machine. [default: auto, i.e. CUDA when present]")
-def export_lm_eval(task: str, out_dir: Path, limit: int | None, seed: int, params: tuple[str, ...],
-                   model: str, device: str | None) -> int:
+def export_lm_eval(task: str, task_config: str | None, out_dir: Path, limit: int | None, seed: int,
+                   params: tuple[str, ...], model: str, device: str | None) -> int:
     """Write TASK (built-in or plugin) into DIR as an lm-eval task: YAML + jsonl docs + a scoring hook that calls
     evalsuite's own Task.score. Prompts are rendered exactly as `evalsuite run` renders them (chat template
     included), so run it WITHOUT --apply_chat_template, e.g.:
@@ -31,17 +31,15 @@ def export_lm_eval(task: str, out_dir: Path, limit: int | None, seed: int, param
     """
     from evalsuite.cli.run_cmd import parse_params
     from evalsuite.lmeval.export import export_by_name
-    from evalsuite.models import offline
     from evalsuite.models.device import parse_device
     from evalsuite.models.loader import load_tokenizer
     from evalsuite.tasks.registry import default_registry
 
     device = parse_device(device) if device is not None else None  # misspelt: exit 2 before anything runs
-    offline()
     default_registry().get(task)  # unknown task: one-line error (with near names) before anything loads
     overrides = parse_params(tuple(f"{task}.{p}" for p in params)).get(task, {})
     out = export_by_name(task, out_dir, load_tokenizer(model), seed=seed, limit=limit, params=overrides,
-                         model_name=model)
+                         model_name=model, task_config=task_config)
     click.echo(f"wrote lm-eval task {out.task_name} ({out.n_docs} docs) to {out.yaml_path.parent}")
     dev = f",device={device}" if device is not None else ""
     click.echo(f"  run: python -m evalsuite.lmeval run --model evalsuite --model_args model={model},variant=bf16{dev} "

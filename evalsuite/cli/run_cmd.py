@@ -110,7 +110,8 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
               help="Python with vLLM for --engine vllm (default: $EVALSUITE_VLLM_PYTHON, else this Python when it "
                    "has vLLM, else ./.venv-vllm).")
 @vllm_options
-def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, limit: int | None,
+def run(model: str, dtype: str, device: str | None, task_config: str | None, variants: str, tasks: str,
+        limit: int | None,
         max_samples: int | None, round_size: int, budget: str | None, seed: int, params: tuple[str, ...],
         batch_size: int, out: Path | None, run_id: str | None, resume: str | None, accumulate: bool,
         policy: Path | None,
@@ -143,13 +144,14 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
         device = check_device(device)  # a bad or absent device: one line, exit 2, no run folder
     if resume:
         run_dir = resolve_run_dir(resume, root)
-        config = resumed(run_dir, device, budget, max_samples)
+        config = resumed(run_dir, device, budget, max_samples, task_config)
     else:
         if store_baseline is not None and baseline_dir is not None:
             raise EvalsuiteError("--baseline (strict reuse) and --store-baseline (reuse and grow) exclude each other")
         task_list, task_params = task_options(tasks, params, lm_eval_tasks, lm_eval_include)
         config = RunConfig(model=model, dtype=dtype, device=device or "auto", variants=split_specs(variants),
-                           tasks=task_list, task_params=task_params, seed=seed, limit=limit, batch_size=batch_size,
+                           tasks=task_list, task_params=task_params, task_config=task_config, seed=seed, limit=limit,
+                           batch_size=batch_size,
                            kld=kld, noise_floor=noise_floor, max_samples=max_samples, round_size=round_size,
                            budget_s=parse_duration(budget) if budget is not None else None,
                            weight_kernels=weight_kernels, reuse_prompt_kv=reuse_prompt_kv,
@@ -180,18 +182,22 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
     return gate_and_report(store, policy, echo=click.echo)
 
 
-def resumed(run_dir: Path, device: str | None, budget: str | None, max_samples: int | None) -> RunConfig:
-    """The stored config of the run in ``run_dir``, on ``device`` (else its stored one) and, where given, under a
-    new budget and cap (a budgeted run continues under them)."""
+def resumed(run_dir: Path, device: str | None, budget: str | None, max_samples: int | None,
+            task_config: str | None = None) -> RunConfig:
+    """The stored config of the run in ``run_dir``, on ``device`` (else its stored one), with the task parameter
+    folder ``task_config`` where given and, where given, under a new budget and cap (a budgeted run continues under
+    them): every change validated (``RunConfig.resumed_with``: one line, exit 2)."""
     from evalsuite.run.pipeline import resume_config
 
     config = resume_config(run_dir)
-    config.device = device or check_device(config.device)
+    changes: dict[str, Any] = {"device": device or check_device(config.device)}
     if budget is not None:
-        config.budget_s = parse_duration(budget)
+        changes["budget_s"] = parse_duration(budget)
     if max_samples is not None:
-        config.max_samples = max_samples
-    return config
+        changes["max_samples"] = max_samples
+    if task_config is not None:
+        changes["task_config"] = task_config
+    return config.resumed_with(**changes)
 
 
 def task_options(tasks: str, params: tuple[str, ...], lm_eval_tasks: tuple[str, ...],
@@ -216,8 +222,8 @@ def accumulated(config: RunConfig, root: Path) -> tuple[RunConfig, Path, str | N
     run_dir = root / accumulate_id(config)
     resume = None
     if (run_dir / Store.FILENAME).exists():
-        stored = resume_config(run_dir)
-        stored.budget_s, stored.max_samples, stored.device = config.budget_s, config.max_samples, config.device
-        config, resume = stored, run_dir.name
+        config = resume_config(run_dir).resumed_with(budget_s=config.budget_s, max_samples=config.max_samples,
+                                                     device=config.device)
+        resume = run_dir.name
     click.echo(f"--accumulate: {'continuing' if resume else 'starting'} {run_dir} (remove it to start over)")
     return config, run_dir, resume

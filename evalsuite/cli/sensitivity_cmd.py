@@ -39,7 +39,8 @@ from evalsuite.core.config import DEFAULT_TASKS
 @click.option("--gate-limit", type=click.IntRange(min=1), help="Samples per task when gating [default: --limit].")
 @click.option("--out", type=click.Path(path_type=Path),
               help=f"Output folder [default: <runs folder>/sensitivity-<time>; <runs folder>: {RUNS_HELP}].")
-def sensitivity(model: str, dtype: str, device: str | None, variant: str, tasks: str, limit: int, seed: int,
+def sensitivity(model: str, dtype: str, device: str | None, task_config: str | None, variant: str, tasks: str,
+                limit: int, seed: int,
                 params: tuple[str, ...], max_new_tokens: int, batch_size: int, unit_kind: str, fix: bool,
                 target: str | None, max_keep: float, policy: Path | None, gate: bool, gate_limit: int | None,
                 out: Path | None) -> int:
@@ -67,7 +68,8 @@ def sensitivity(model: str, dtype: str, device: str | None, variant: str, tasks:
     quiet_libraries()
     t0 = time.perf_counter()
     loaded = load_model(model, dtype=dtype, device=device)
-    data = load_slice(loaded, task_list, limit, seed, parse_params(params), max_new_tokens, batch_size)
+    data = load_slice(loaded, task_list, limit, seed, parse_params(params), max_new_tokens, batch_size,
+                      task_config)
     click.echo(f"slice: {data.samples} samples of {', '.join(task_list)}; {data.prompt_tokens} prompt and "
                f"{data.answer_tokens} answer tokens (baseline answers generated once)")
     measurer = Measurer(loaded.model, data.batches)
@@ -78,7 +80,7 @@ def sensitivity(model: str, dtype: str, device: str | None, variant: str, tasks:
     if fix:
         fix_out = _fix(loaded, measurer, spec, sens, qunits, target, max_keep, policy, gate,
                        dict(tasks=task_list, limit=gate_limit or limit, seed=seed, params=params, model=model,
-                            dtype=dtype, device=device, out=out))
+                            dtype=dtype, device=device, out=out, task_config=task_config))
     meta = {"variant": spec.name, "model": model, "dtype": dtype, "device": loaded.meta["device"], "unit": unit_kind,
             "tasks": task_list, "limit": limit, "seed": seed, "params": list(params), "max_new_tokens": max_new_tokens,
             "samples": data.samples, "answer_tokens": data.answer_tokens,

@@ -19,7 +19,7 @@ def smoke(model: str, dtype: str, device: str | None, variants: str, max_new_tok
     """Load MODEL, build each variant, greedy-answer one fixed prompt; print a table of
     variant, measured weight bytes, formula bytes, fingerprint and the answer. An artifact
     (ckpt:PATH, a folder or .gguf) shows its own tensor bytes and a hash of its files."""
-    from evalsuite.models import load_model, offline
+    from evalsuite.models import load_model
     from evalsuite.engine.generate import generate_batch
     from evalsuite.run.prompts import render_prompt
     from evalsuite.tasks.base import GenSettings, Sample
@@ -28,7 +28,6 @@ def smoke(model: str, dtype: str, device: str | None, variants: str, max_new_tok
 
     specs = parse_variant_list(variants)  # bad specs fail before the model loads
     device = check_device(device)
-    offline()
     quiet_libraries()
     base = load_model(model, dtype, device)
     if "dtype_choice" in base.meta:

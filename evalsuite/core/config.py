@@ -14,6 +14,10 @@ DEFAULT_VARIANTS = ("bf16", "w4g64", "kv4g32", "w4g64+kv4g32")
 #: json ~1.5-2.3, needle ~4.6):
 #: a sequential run under a budget goes task by task, so the cheap tasks decide (or FAIL a variant) first.
 DEFAULT_TASKS = ("reasoning", "code", "json", "needle")
+#: what ``--resume`` (and an ``--accumulate`` continuation) may change in a stored config; everything else is the
+#: run's. A new task-config folder is compared by the values it gives (``run.identity``), the device is checked
+#: where it is resolved (``cli.common.check_device``), the budget and the cap by ``validate``
+RESUMABLE = ("device", "budget_s", "max_samples", "task_config")
 
 
 @dataclass
@@ -25,7 +29,10 @@ class RunConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N (evalsuite.models.device); stored configs without it: cpu
     variants: list[str] = field(default_factory=lambda: list(DEFAULT_VARIANTS))
     tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
-    task_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    task_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # --param (they win over task files)
+    #: the folder of task parameter files named by ``--task-config`` (absolute); None: ``$EVALSUITE_TASK_CONFIG``,
+    #: else ``./tasks`` where the command runs (``evalsuite.paths.task_config_dir``)
+    task_config: str | None = None
     seed: int = 1234
     limit: int | None = None
     #: sequential rounds (with ``budget_s``, or this alone): a safety cap of samples per task (None with a budget:
@@ -70,6 +77,14 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def resumed_with(self, **changes: Any) -> "RunConfig":
+        """This config with what a resume may change (``RESUMABLE``), validated again (``--resume RUN --budget``
+        on a ``--limit`` run is refused like the two options together)."""
+        bad = sorted(set(changes) - set(RESUMABLE))
+        if bad:
+            raise TypeError(f"a resume cannot change {', '.join(bad)}")
+        return dataclasses.replace(self, **changes)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":

@@ -12,7 +12,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-STATE_VERSION = 1  #: 1: the meta table described by RunState (0: written before it, same keys)
+#: 2: ``task_sources`` (a store of version 1 has none: its resolved ``task_params`` are compared without them);
+#: 1: the meta table described by RunState (0: written before it, same keys)
+STATE_VERSION = 2
 
 
 @dataclass
@@ -24,12 +26,14 @@ class RunState:
     state_version: int = 0
     config: dict[str, Any] = field(default_factory=dict)  # RunConfig.to_dict()
     created: float | None = None
-    # the model and the tasks (run.runner.check_compatible)
+    # the model and the tasks (run.runner.check_compatible, run.identity)
     fingerprint: str | None = None
     model_name: str | None = None
     dtype: str | None = None
     task_versions: dict[str, str] = field(default_factory=dict)
-    task_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    task_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # every parameter, resolved
+    #: task -> parameter -> where its value came from (``run.prepare.resolve_params``); compared on resume
+    task_sources: dict[str, dict[str, str]] = field(default_factory=dict)
     gen_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     artifact_fingerprints: dict[str, str] = field(default_factory=dict)  # variant -> its ckpt: artifact's bytes
     # the variants (run.runner)

@@ -97,14 +97,17 @@ def _yaml_config(name: str, task: PreparedTask, data_path: Path, seed: int, mode
 
 
 def export_by_name(name: str, out_dir: Path, tokenizer: Any, seed: int = 1234, limit: int | None = None,
-                   params: dict[str, Any] | None = None, model_name: str = "default") -> Exported:
-    """Prepare an evalsuite task (built-in or plugin) exactly as ``evalsuite run`` would, then export it."""
+                   params: dict[str, Any] | None = None, model_name: str = "default",
+                   task_config: str | None = None) -> Exported:
+    """Prepare an evalsuite task (built-in or plugin) exactly as ``evalsuite run`` would (``task_config``: its
+    ``--task-config`` folder), then export it."""
     from evalsuite.core.config import RunConfig
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.tasks.registry import default_registry
 
     if name.startswith("lm_eval:"):
         raise EvalsuiteError(f"{name!r} is already an lm-eval task")
-    config = RunConfig(model=model_name, tasks=[name], task_params={name: params or {}}, seed=seed, limit=limit)
+    config = RunConfig(model=model_name, tasks=[name], task_params={name: params or {}}, task_config=task_config,
+                       seed=seed, limit=limit)
     (task,) = prepare_tasks(config, default_registry())
     return export_task(task, tokenizer, out_dir, seed, model_name)

@@ -197,9 +197,8 @@ def gen_settings(kwargs: dict[str, Any] | None, default_max: int = DEFAULT_MAX_G
 
 
 def _load(name: str, dtype: str, device: Any = None) -> LoadedModel:
-    from evalsuite.models import load_model, offline
+    from evalsuite.models import load_model
 
-    offline()
     return load_model(name, dtype, str(device) if device is not None else "auto")
 
 

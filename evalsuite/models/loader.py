@@ -58,12 +58,22 @@ def resolve_source(name: str) -> Path | str:
     raise EvalsuiteError(f"model {name!r} not found: give 'default', a folder, a .gguf file, or an HF id")
 
 
+def hub_options(source: Path | str) -> dict[str, Any]:
+    """``from_pretrained`` keywords for ``source``: a hub id is read from the local Hugging Face cache only
+    (``local_files_only``), unless ``$HF_HUB_OFFLINE`` is set to a false value. Passed per call, not set in
+    ``os.environ``: huggingface_hub reads that variable once, when it is imported (before any model loads), so
+    setting it later would neither keep this process offline nor leave the caller's environment as it was."""
+    allowed = os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() in ("0", "false", "no", "off")
+    return {"local_files_only": True} if isinstance(source, str) and not allowed else {}
+
+
 def load_tokenizer(name: str = "default") -> Any:
     """Only the tokenizer of a model argument (e.g. to render prompts for an export)."""
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(resolve_source(name)))
+        source = resolve_source(name)
+        return AutoTokenizer.from_pretrained(str(source), **hub_options(source))
     except OSError as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise EvalsuiteError(f"cannot load the tokenizer of {name!r}: {first}") from None
@@ -81,8 +91,8 @@ def load_pretrained(name: str, dtype: str = "bfloat16", device: Any = "cpu") -> 
     target = device if isinstance(device, torch.device) else resolve_device(device)
     source = resolve_source(name)
     try:
-        tok = AutoTokenizer.from_pretrained(str(source))
-        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype,
+        tok = AutoTokenizer.from_pretrained(str(source), **hub_options(source))
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype, **hub_options(source),
                                                      **placement(source, target, torch_dtype))
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -115,7 +125,7 @@ def weights_nbytes(source: Path | str, dtype: torch.dtype) -> int | None:
         from transformers import AutoConfig, AutoModelForCausalLM
 
         with init_empty_weights():
-            empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(source)))
+            empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(source), **hub_options(source)))
         empty.tie_weights()  # not applied on the meta device by itself
         return sum(p.numel() for p in empty.parameters()) * dtype.itemsize
     except Exception:  # an exotic config: place it on the device and let the load say if it does not fit
@@ -191,7 +201,6 @@ class ModelFactory:
     device: str = "auto"
 
     def __call__(self) -> LoadedModel:
-        offline()
         return load_model(self.name, self.dtype, self.device)
 
     def tokenizer(self) -> Any:
@@ -205,11 +214,14 @@ class ModelFactory:
     def max_positions(self) -> int | None:
         from transformers import AutoConfig
 
-        return getattr(AutoConfig.from_pretrained(str(resolve_source(self.name))), "max_position_embeddings", None)
+        source = resolve_source(self.name)
+        return getattr(AutoConfig.from_pretrained(str(source), **hub_options(source)), "max_position_embeddings", None)
 
 
 def offline() -> None:
-    """Never reach the hub at run time (the suite runs on machines without network)."""
+    """Never reach the hub, for a whole process: for a command-line entry point to call before huggingface_hub,
+    datasets or lm-eval are imported (``evalsuite-lm-eval``: lm-eval's own downloads). Loading a model does not
+    call it (``hub_options``)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -1,17 +1,18 @@
-"""Report figures as PNG bytes (matplotlib, Agg backend): needle heatmaps, Δ ± CI forest plot,
-quality-vs-bytes and KLD-vs-bytes scatters with the Pareto front marked."""
+"""Report figures as PNG bytes: needle heatmaps, Δ ± CI forest plot, quality-vs-bytes and KLD-vs-bytes scatters
+with the Pareto front marked.
+
+Figures are ``matplotlib.figure.Figure`` objects drawn on their own Agg canvas (``FigureCanvasAgg``), never through
+pyplot: nothing here selects a backend, so importing evalsuite or rendering a report leaves a notebook's
+``matplotlib`` backend as it was (``tests/test_import.py``), and no figure is registered with pyplot to close."""
 from __future__ import annotations
 
 import base64
 import io
 from typing import Any, Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 DPI = 100
 
@@ -21,10 +22,17 @@ def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _png(fig: Figure) -> bytes:
+def figure(**kw: Any) -> Figure:
+    """A figure on its own Agg canvas (no pyplot, no backend switch): ``Figure(**kw)``."""
+    fig = Figure(**kw)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def png(fig: Figure) -> bytes:
+    """``fig`` as PNG bytes."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
     return buf.getvalue()
 
 
@@ -53,7 +61,8 @@ def needle_heatmap(grid: dict[str, list], name: str, baseline: dict[str, list] |
     arr = _grid_array(grid)
     same_axes = baseline is not None and baseline["context_len"] == grid["context_len"] \
         and baseline["depth"] == grid["depth"]
-    fig, axes = plt.subplots(1, 2 if same_axes else 1, figsize=(10 if same_axes else 5.5, 3.8), squeeze=False)
+    fig = figure(figsize=(10 if same_axes else 5.5, 3.8))
+    axes = fig.subplots(1, 2 if same_axes else 1, squeeze=False)
     im = _heat(axes[0][0], arr, grid, f"{name}: mean score", "viridis", 0.0, 1.0)
     fig.colorbar(im, ax=axes[0][0], fraction=0.046)
     if same_axes:
@@ -61,14 +70,15 @@ def needle_heatmap(grid: dict[str, list], name: str, baseline: dict[str, list] |
         im2 = _heat(axes[0][1], diff, grid, f"{name} − baseline", "RdBu", -1.0, 1.0)
         fig.colorbar(im2, ax=axes[0][1], fraction=0.046)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def forest_plot(rows: Sequence[dict[str, Any]], tolerances: Sequence[float] = ()) -> bytes:
     """Δ (variant − baseline) with its CI, one row per dict (``label``, ``delta``, ``lo``, ``hi``, optional
     ``verdict`` for the colour); dashed lines at each tolerance (e.g. −max_drop) and a solid one at 0."""
     colours = {"PASS": "#2e7d32", "FAIL": "#c62828", "INCONCLUSIVE": "#ef8f00"}
-    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.32 * max(1, len(rows))))
+    fig = figure(figsize=(8, 0.9 + 0.32 * max(1, len(rows))))
+    ax = fig.subplots()
     ys = np.arange(len(rows))[::-1]
     for y, r in zip(ys, rows):
         c = colours.get(str(r.get("verdict")), "#37474f")
@@ -82,7 +92,7 @@ def forest_plot(rows: Sequence[dict[str, Any]], tolerances: Sequence[float] = ()
     ax.set_xlabel("Δ score vs baseline (95% paired bootstrap CI)")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def pareto_front(points: Sequence[dict[str, Any]], higher_is_better: bool = True) -> list[str]:
@@ -107,7 +117,8 @@ def quality_vs_bytes(points: Sequence[dict[str, Any]], xlabel: str = "weight byt
     front (fewest bytes for the best score) joined and ringed."""
     unit, scale = _byte_unit(max((p["bytes"] for p in points), default=0))
     points = [{**p, "bytes": p["bytes"] / scale} for p in points]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     for p in points:
         lo, hi = sorted((p.get("lo", p["score"]), p.get("hi", p["score"])))
         yerr = [[max(0.0, p["score"] - lo)], [max(0.0, hi - p["score"])]]
@@ -127,7 +138,7 @@ def quality_vs_bytes(points: Sequence[dict[str, Any]], xlabel: str = "weight byt
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def kld_vs_bytes(points: Sequence[dict[str, Any]], xlabel: str = "weight bytes",

@@ -32,13 +32,35 @@ def library_versions() -> dict[str, str]:
     return {pkg: package_version(pkg) for pkg in LIBRARIES}
 
 
-#: run settings that change outputs (batch composition changes padding and numerics, unless the kernels are
-#: batch-invariant; dtype changes everything)
-RUN_KEYS = ("batch_size", "max_batch_tokens", "compute_dtype", "backend", "device", "attention", "batch_invariant",
-            "onednn_isa", "mkl_cbwr", "linear")
+#: run settings that change outputs (from ``Backend.settings``), one a line: adding one is adding its line (and,
+#: where a baseline stored before it existed is known to have run with one value, that value in ``RUN_DEFAULTS``;
+#: without one, such a baseline is not reused: ``mismatch_reason`` says the field was not recorded). A backend keys
+#: those it sets; a manifest's others are not compared (an in-process run has no vLLM version)
+RUN_KEYS = (
+    "batch_size",  # batch composition changes padding and numerics, unless the kernels are batch-invariant
+    "max_batch_tokens",
+    "compute_dtype",  # vLLM: the dtype its engine logged, not the one asked for
+    "backend",
+    "device",
+    "attention",
+    "batch_invariant",
+    "onednn_isa",
+    "mkl_cbwr",
+    "linear",
+    "vllm_version",  # --engine vllm (served.vllm.identity)
+    "vllm_libraries",  # torch / transformers / vllm of vLLM's interpreter
+    "tensor_parallel_size",
+    "max_model_len",
+    "kv_cache_dtype",
+    "server_flags",  # every flag of the baseline's server that can change its answers, --vllm-arg included
+    "endpoint_url",  # openai: endpoints (served.endpoint.EndpointClient.server_facts)
+    "endpoint_model",
+    "endpoint_server",  # what the server says about itself (/v1/models, /version, /props, /info)
+)
 #: what a manifest written before a key existed stored implicitly (every baseline before --device ran on the CPU,
 #: before ``evalsuite.models.attention`` with transformers' SDPA, before ``evalsuite.onednn`` at oneDNN's own level,
-#: before ``evalsuite.mkl`` in MKL's default mode, before ``evalsuite.models.packed`` with plain Linear calls)
+#: before ``evalsuite.mkl`` in MKL's default mode, before ``evalsuite.models.packed`` with plain Linear calls). The
+#: vLLM and endpoint keys have none: a served baseline stored before them ran on a server no one recorded
 RUN_DEFAULTS = {"device": "cpu", "attention": "sdpa", "batch_invariant": False, "onednn_isa": "default",
                 "mkl_cbwr": "default", "linear": "plain"}
 #: keys that do not change outputs when the kernels are batch-invariant (``models.invariance``)
@@ -53,9 +75,11 @@ def task_key(task: PreparedTask, seed: int) -> dict[str, Any]:
 
 
 def run_key(batch_size: int, settings: dict[str, Any]) -> dict[str, Any]:
-    """The run settings a stored baseline was generated with (see ``RUN_KEYS``); with batch-invariant kernels the
-    batching is not one of them (a baseline stored at one batch size serves every other)."""
-    key = {k: v for k, v in {"batch_size": batch_size, **settings}.items() if k in RUN_KEYS}
+    """The run settings a stored baseline was generated with (see ``RUN_KEYS``, in its order, as JSON stores them);
+    with batch-invariant kernels the batching is not one of them (a baseline stored at one batch size serves every
+    other)."""
+    given = {"batch_size": batch_size, **settings}
+    key = {k: json.loads(json.dumps(given[k])) for k in RUN_KEYS if k in given}
     return {k: v for k, v in key.items() if not (key.get("batch_invariant") and k in BATCHING_KEYS)}
 
 
@@ -119,14 +143,22 @@ def mismatch_reason(manifest: dict[str, Any], task: PreparedTask, seed: int,
         return f"task {task.name!r}: {len(missing)} samples missing or changed (e.g. {missing[0]})"
     stored_run = manifest.get("run", {})
     for key, value in (run or {}).items():
+        if key not in stored_run and key not in RUN_DEFAULTS:
+            return f"{key} not recorded (a baseline stored before evalsuite keyed it; now {_brief(value)})"
         stored = stored_run.get(key, RUN_DEFAULTS.get(key))
         if stored != value:
-            return f"{key} differs (stored {stored!r}, now {value!r})"
+            return f"{key} differs (stored {_brief(stored)}, now {_brief(value)})"
     libs, now = manifest.get("libraries", {}), library_versions()
     for pkg in LIBRARIES:
         if libs.get(pkg) != now[pkg]:
             return f"{pkg} version differs (stored {libs.get(pkg)}, now {now[pkg]})"
     return None
+
+
+def _brief(value: Any, most: int = 160) -> str:
+    """``repr(value)``, cut to ``most`` characters (a server's flags or self-description can be long)."""
+    text = repr(value)
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 @dataclass

@@ -50,6 +50,8 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
     variants = backend.variants(config.variants)
     drawn = _drawn(run_dir) if resume else None
     tasks = prepare_tasks(config, registry or default_registry(), backend.task_context(), drawn)
+    if resume:  # tasks that resolve otherwise than when the run started: refused before anything loads
+        _check_tasks(run_dir, tasks)
     fit = getattr(backend, "fit_tasks", None)  # optional: a backend that sizes itself to the tasks before loading
     if fit is not None:
         fit(tasks)
@@ -90,6 +92,17 @@ def resume_config(run_dir: Path) -> RunConfig:
     store = Store.open(run_dir)
     try:
         return RunConfig.from_dict(store.config)
+    finally:
+        store.close()
+
+
+def _check_tasks(run_dir: Path, tasks: list) -> None:
+    """``run.identity.check_tasks`` on the stored run in ``run_dir``."""
+    from evalsuite.run.identity import check_tasks
+
+    store = Store.open(run_dir)
+    try:
+        check_tasks(store, tasks)
     finally:
         store.close()
 

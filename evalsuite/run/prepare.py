@@ -1,7 +1,8 @@
 """Resolve tasks and variants of a RunConfig into concrete samples and specs (same samples for everyone)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from evalsuite.errors import EvalsuiteError
@@ -20,6 +21,8 @@ class PreparedTask:
     gen: GenSettings
     samples: list[Sample]
     seed: int = 0
+    #: where each parameter's value came from: "--param", "--task-config FILE", "task file FILE" or "default"
+    sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -55,15 +58,43 @@ def _check_ids(name: str, samples: list[Sample]) -> None:
         raise EvalsuiteError(f"task {name!r} produced duplicate sample ids")
 
 
+def task_file(name: str, config: RunConfig) -> tuple[Path | None, str]:
+    """(``<name>.yaml`` in the run's task parameter folder when it exists, how the folder was named): the folder of
+    ``config.task_config`` (``--task-config``), else ``$EVALSUITE_TASK_CONFIG`` or ``./tasks``
+    (``tasks.params.tasks_dir``). A named folder that does not exist is a one-line error."""
+    from evalsuite.tasks.params import tasks_dir
+
+    if config.task_config is not None:
+        folder, how = Path(config.task_config), "--task-config"
+        if not folder.is_dir():
+            raise EvalsuiteError(f"task parameter folder not found: {folder} (--task-config)")
+    else:
+        folder, how = tasks_dir(), "task file"
+    path = folder / f"{name}.yaml" if folder is not None else None
+    return (path.resolve() if path is not None and path.is_file() else None), how
+
+
+def resolve_params(name: str, task: Task, config: RunConfig) -> tuple[dict[str, Any], dict[str, str]]:
+    """Task ``name``'s parameters (its defaults, then its task file, then ``--param``) and where each value came
+    from."""
+    from evalsuite.tasks.params import load_task_params
+
+    path, how = task_file(name, config)
+    from_file = load_task_params(name, path, task) if path is not None else {}
+    given = config.task_params.get(name, {})
+    params = task.params({**from_file, **given})
+    return params, {k: "--param" if k in given else f"{how} {path}" if k in from_file else "default"
+                    for k in params}
+
+
 def prepare_tasks(config: RunConfig, registry: Registry, context: TaskContext | None = None,
                   drawn: dict[str, int] | None = None) -> list[PreparedTask]:
-    """Instantiate tasks, merge YAML params and CLI overrides, make samples from the run's seed. ``context``
-    (the model's token counter and window, when known) is handed to every task before it makes samples.
+    """Instantiate tasks, merge task-file params and ``--param`` overrides (``resolve_params``), make samples from
+    the run's seed. ``context`` (the model's token counter and window, when known) is handed to every task before
+    it makes samples.
 
     Sequential runs (``config.max_samples``) start from the first ``config.round_size`` items of each task's
     stream, or from ``drawn[task]`` items when resuming; fixed runs take the task's set (``--limit`` spread)."""
-    from evalsuite.tasks.params import load_task_params
-
     if not config.tasks:
         raise EvalsuiteError("no tasks given")
     prepared = []
@@ -71,8 +102,7 @@ def prepare_tasks(config: RunConfig, registry: Registry, context: TaskContext | 
         task = registry.get(name)
         if context is not None:
             task.context = context
-        overrides = {**load_task_params(name), **config.task_params.get(name, {})}
-        params = task.params(overrides)
+        params, sources = resolve_params(name, task, config)
         if config.max_samples is not None or config.budget_s is not None:
             from evalsuite.tasks.stream import take
 
@@ -83,7 +113,7 @@ def prepare_tasks(config: RunConfig, registry: Registry, context: TaskContext | 
         _check_ids(name, samples)
         if not samples:
             raise EvalsuiteError(f"task {name!r} produced no samples with these parameters")
-        prepared.append(PreparedTask(task, params, task.gen_settings(params), samples, config.seed))
+        prepared.append(PreparedTask(task, params, task.gen_settings(params), samples, config.seed, sources))
     return prepared
 
 

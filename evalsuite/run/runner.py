@@ -2,7 +2,8 @@
 
 It is the one owner, for every backend (``evalsuite.run.backend``), of: which samples are still to do (resume
 continues exactly where a crash stopped; the group in flight is the most that is redone), storing, the refusal to
-continue a run whose model or task versions changed, stored-baseline reuse, timing medians and the noise floor.
+continue a run whose model, task versions or task parameters changed (``run.identity``), stored-baseline reuse,
+timing medians and the noise floor.
 """
 from __future__ import annotations
 
@@ -139,20 +140,17 @@ class Runner:
         gc.collect()
 
     def check_compatible(self, identity: ModelIdentity) -> None:
-        """Refuse to continue a run whose model content or task versions changed; record what this run is."""
-        state = self.store.state()
-        fp = state.fingerprint
+        """Refuse to continue a run whose model content, task versions or task parameters changed
+        (``run.identity``); record what this run is."""
+        from evalsuite.run.identity import check_tasks, record_tasks
+
+        fp = self.store.state().fingerprint
         if fp is not None and fp != identity.fingerprint:
             raise StoreMismatch(f"model fingerprint changed ({fp} stored, {identity.fingerprint} loaded): "
                                 "start a new run")
-        stored = state.task_versions
-        for t in self.tasks:
-            if t.name in stored and stored[t.name] != t.version:
-                raise StoreMismatch(f"task {t.name!r} version changed ({stored[t.name]} stored, {t.version} now)")
-        self.store.update_state(fingerprint=identity.fingerprint, model_name=identity.name, dtype=identity.dtype,
-                                task_versions={**stored, **{t.name: t.version for t in self.tasks}},
-                                task_params={t.name: t.params for t in self.tasks},
-                                gen_settings={t.name: t.gen.to_dict() for t in self.tasks})
+        check_tasks(self.store, self.tasks)
+        self.store.update_state(fingerprint=identity.fingerprint, model_name=identity.name, dtype=identity.dtype)
+        record_tasks(self.store, self.tasks)
 
     def check_artifacts(self, variants: Sequence[VariantRef]) -> None:
         """Refuse to continue a run whose ``ckpt:`` artifact changed on disk: a variant, like the baseline, is keyed

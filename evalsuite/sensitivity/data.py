@@ -24,13 +24,15 @@ class Slice:
 
 
 def load_slice(loaded: Any, tasks: list[str], limit: int, seed: int, params: dict[str, dict],
-               max_new_tokens: int, batch_size: int) -> Slice:
-    """Samples as ``evalsuite run --tasks T --limit N --seed S --param ...`` makes them; the baseline answers
+               max_new_tokens: int, batch_size: int, task_config: str | None = None) -> Slice:
+    """Samples as ``evalsuite run --tasks T --limit N --seed S --param ... [--task-config DIR]`` makes them; the
+    baseline answers
     each (greedy, the task's stop strings, at most ``max_new_tokens``); answers are re-tokenized as the runner's
     KLD does (an empty answer becomes EOS)."""
     from evalsuite.tasks.registry import default_registry
 
-    config = RunConfig(model="default", variants=["bf16"], tasks=tasks, task_params=params, seed=seed, limit=limit)
+    config = RunConfig(model="default", variants=["bf16"], tasks=tasks, task_params=params, task_config=task_config,
+                       seed=seed, limit=limit)
     tok = loaded.tokenizer
     prompts: list[list[int]] = []
     answers: list[list[int]] = []

@@ -83,8 +83,8 @@ def greedy_fix(measurer: Measurer, spec: VariantSpec, sens: Sensitivity, qunits:
 
 
 def gate_variants(variants: list[str], tasks: list[str], limit: int, seed: int, params: tuple[str, ...],
-                  model: str, dtype: str, out: Path, policy: Path | None, device: str = "auto"
-                  ) -> tuple[dict[str, str], Path]:
+                  model: str, dtype: str, out: Path, policy: Path | None, device: str = "auto",
+                  task_config: str | None = None) -> tuple[dict[str, str], Path]:
     """Run ``evalsuite run`` on the baseline and ``variants`` in a subprocess; the verdict of each variant."""
     from evalsuite.gate.store_gate import gate_store
     from evalsuite.core.store import Store
@@ -96,6 +96,8 @@ def gate_variants(variants: list[str], tasks: list[str], limit: int, seed: int, 
            "--out", str(out), "--run-id", run_id, "--quiet", "--no-gate"]
     for p in params:
         cmd += ["--param", p]
+    if task_config is not None:
+        cmd += ["--task-config", task_config]
     # the child imports what this process imports (this evalsuite, wherever it is installed)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)

@@ -34,13 +34,11 @@ def write_results(out: Path, meta: dict[str, Any], sens: Sensitivity, fix: dict[
 
 def plot(out: Path, sens: Sensitivity, title: str) -> Path:
     """KLD per layer: weight units (summed per layer for module units) and KV layers side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from evalsuite.report.plots import figure
 
     sides = [s for s in ("weights", "kv") if any(r.side == s for r in sens.results)]
-    fig, axes = plt.subplots(1, len(sides), figsize=(6 * len(sides), 3.6), squeeze=False)
+    fig = figure(figsize=(6 * len(sides), 3.6))  # its own Agg canvas: the caller's backend is left as it is
+    axes = fig.subplots(1, len(sides), squeeze=False)
     for ax, side in zip(axes[0], sides):
         per_layer: dict[int, float] = {}
         for r in sens.results:
@@ -54,7 +52,6 @@ def plot(out: Path, sens: Sensitivity, title: str) -> Path:
     fig.tight_layout()
     path = out / "sensitivity.png"
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

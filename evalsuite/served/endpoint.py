@@ -21,6 +21,9 @@ from evalsuite.tasks.base import GenSettings, Sample
 from evalsuite.variants.grammar import EndpointSpec, parse_spec, spec_kind
 
 TRANSIENT_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+#: where servers say what they are (a path at the server's root, and the fields kept: none that change by the minute)
+SELF_REPORTS = (("/version", ("version",)), ("/props", ("build_info", "model_path")),
+                ("/info", ("version", "model_id", "model_sha", "model_dtype", "sha")))
 
 
 def is_endpoint(text: Any) -> bool:
@@ -52,6 +55,7 @@ class EndpointClient:
     retries: int = 4
     backoff_s: float = 0.5
     models: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, Any] | None = None  # ``server_facts``, once asked
 
     def probe(self, timeout_s: float = 10.0) -> dict[str, Any]:
         """GET /models once; an unreachable or non-OpenAI server is a one-line EvalsuiteError."""
@@ -74,6 +78,26 @@ class EndpointClient:
         models = _drop_volatile(self.models)
         blob = json.dumps({"url": self.spec.url, "models": models}, sort_keys=True, default=str)
         return "endpoint:" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def server_facts(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        """What the server says about itself, for a stored baseline's key: its ``/models`` answer (``probe``;
+        volatile keys dropped) and, where the server has them, the fields of ``SELF_REPORTS`` (vLLM's ``/version``,
+        llama.cpp's ``/props``, TGI's ``/info``). Asked once."""
+        if self.facts is None:
+            if not self.models:
+                self.probe()
+            root = self.spec.url[:-3] if self.spec.url.endswith("/v1") else self.spec.url
+            facts: dict[str, Any] = {"models": _drop_volatile(self.models)}
+            for path, keys in SELF_REPORTS:
+                try:
+                    r = requests.get(root + path, timeout=timeout_s)
+                    got = r.json() if r.ok else None
+                except (requests.RequestException, ValueError):
+                    got = None
+                if isinstance(got, dict) and any(k in got for k in keys):
+                    facts[path] = {k: got[k] for k in keys if k in got}
+            self.facts = facts
+        return self.facts
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST with retries on connection errors, timeouts, 429 and 5xx (exponential backoff)."""

@@ -78,7 +78,13 @@ class EndpointBackend:
                              meta={"endpoints": {n: c.spec.url for n, c in self._clients.items()}})
 
     def settings(self) -> dict[str, Any]:
-        return {"backend": "endpoint", "compute_dtype": "server"}
+        """What keys a stored baseline beside the endpoints' fingerprint: the baseline's URL, the model it serves
+        and what the server says about itself (``EndpointClient.server_facts``)."""
+        base = self._clients.get(self._baseline)
+        if base is None:
+            return {"backend": "endpoint", "compute_dtype": "server"}
+        return {"backend": "endpoint", "compute_dtype": "server", "endpoint_url": base.spec.url,
+                "endpoint_model": base.served_model, "endpoint_server": base.server_facts()}
 
     def task_context(self) -> TaskContext:
         return TaskContext(model_name=self.model)  # a served model's tokenizer is not known here

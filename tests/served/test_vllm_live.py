@@ -83,6 +83,9 @@ def test_run_gates_fp8_kv(vllm_servers: dict, tmp_path: Path) -> None:
     store = Store.open(run_dir)
     meta = store.meta()
     assert meta["settings"]["backend"] == "vllm" and meta["settings"]["vllm_version"] and meta["settings"]["device"]
+    # what the baseline's engine logged at start-up (its sizing here gives no --max-model-len: only the log can)
+    assert meta["settings"]["compute_dtype"] == "bfloat16" and isinstance(meta["settings"]["max_model_len"], int)
+    assert meta["settings"]["kv_cache_dtype"] == "auto" and meta["settings"]["vllm_libraries"]["torch"]
     assert meta["settings"]["servers"][name]["flags"] == list(vllm_servers["specs"][name].flags)
     if name == "vkvf8":
         assert meta["settings"]["servers"][name]["flags"] == ["--kv-cache-dtype", "fp8"]

@@ -27,7 +27,7 @@ from evalsuite.served.pairing import check_served_pairing
 from evalsuite.served.vllm import kld as skld
 from evalsuite.served.vllm.memory import Device, MemoryPlan, check_windows, context_needed, plan_memory
 from evalsuite.served.vllm.pool import EngineOptions, ServerPool
-from evalsuite.served.vllm.server import VllmServer, vllm_devices, vllm_python, vllm_version
+from evalsuite.served.vllm.server import VllmServer, vllm_devices, vllm_libraries, vllm_python, vllm_version
 from evalsuite.served.vllm.sizes import kv_bytes_per_token, served_weight_bytes, server_need
 from evalsuite.served.vllm.specs import ServedVariant, flag_values, served_variants
 from evalsuite.tasks.base import TaskContext
@@ -163,7 +163,8 @@ class VllmBackend:
         base = self._specs[0]
         fp = hashlib.sha256(f"vllm|{artifact_fingerprint(base.model)}".encode()).hexdigest()[:16]
         self._write_facts()
-        return ModelIdentity(name=self.model, fingerprint="vllm:" + fp, dtype="bfloat16", source=base.model,
+        return ModelIdentity(name=self.model, fingerprint="vllm:" + fp, dtype=str(self.settings()["compute_dtype"]),
+                             source=base.model,
                              meta={"engine": "vllm", "vllm_version": self._version, "device": self._device})
 
     def _connect(self, spec: ServedVariant, server: VllmServer) -> None:
@@ -186,10 +187,16 @@ class VllmBackend:
                                     "one_at_a_time": self._pool.plan.one_at_a_time, "servers": servers}, indent=1))
 
     def settings(self) -> dict[str, Any]:
-        """Everything that changes outputs: engine, version, device, each server's flags and KV scheme, tensor
-        parallelism and the user's engine arguments."""
-        return {"backend": "vllm", "compute_dtype": "bfloat16", "vllm_version": self._version,
-                "device": self._device, "tensor_parallel_size": self.options.tensor_parallel_size,
+        """Everything that changes outputs (``served.vllm.identity``): engine, vLLM's version and its interpreter's
+        libraries, device, what the baseline's server ran with (dtype, context, KV-cache dtype, tensor parallelism,
+        every output-changing flag); and, for the run's record, each server's flags and KV scheme."""
+        from evalsuite.served.vllm.identity import baseline_settings
+
+        base = self._specs[0] if self._specs else None
+        server = self._pool.servers.get(base.name) if self._pool is not None and base is not None else None
+        served = baseline_settings(base, server, self.options) if base is not None else {}
+        return {"backend": "vllm", "vllm_version": self._version, "device": self._device,
+                "vllm_libraries": vllm_libraries(self.python) if self.python else {}, **served,
                 "vllm_args": list(self.options.args),
                 "servers": {s.name: {"model": s.model, "flags": list(s.flags), "kv_scheme": s.kv_scheme}
                             for s in self._specs}}

@@ -42,7 +42,7 @@ class EngineOptions:
         tp = tensor_parallel_size or (int(given[-1]) if given and given[-1].isdigit() else 1)
         if tp < 1:
             raise EvalsuiteError(f"--tensor-parallel-size must be >= 1, got {tp}")
-        return cls(tp, _drop(args, "--tensor-parallel-size"))
+        return cls(tp, drop_flag(args, "--tensor-parallel-size"))
 
     def value(self, flag: str) -> str | None:
         """The last value the user gave ``flag`` in ``--vllm-arg`` (None: not given)."""
@@ -53,7 +53,7 @@ class EngineOptions:
         return {"tensor_parallel_size": self.tensor_parallel_size, "args": list(self.args)}
 
 
-def _drop(args: Sequence[str], flag: str) -> tuple[str, ...]:
+def drop_flag(args: Sequence[str], flag: str) -> tuple[str, ...]:
     """``args`` without ``flag`` and its value (``--flag V`` or ``--flag=V``)."""
     out: list[str] = []
     skip = False

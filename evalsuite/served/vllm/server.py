@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import os
 import re
 import signal
@@ -84,14 +85,37 @@ def vllm_devices(python: str) -> tuple[tuple[int, int], ...]:
     return tuple((int(a), int(b)) for a, b in (ln.split() for ln in _ask(python, code, "CUDA torch")))
 
 
+#: the libraries of vLLM's interpreter that change its outputs (keyed with a stored vLLM baseline)
+VLLM_LIBRARIES = ("torch", "transformers", "vllm")
+
+
 @functools.lru_cache(maxsize=None)
-def vllm_version(python: str) -> tuple[str, str]:
-    """(vLLM's version, its platform's device type: cpu, cuda ...) in ``python`` (one line when it has none).
-    Asked once per interpreter and process: importing vLLM takes seconds."""
-    code = ("import vllm; from vllm.platforms import current_platform as p; "
+def _probe(python: str) -> tuple[str, str, str]:
+    """(vLLM's version, its device type, the JSON of ``VLLM_LIBRARIES``' versions) in ``python``, asked once per
+    interpreter and process (importing vLLM takes seconds); version and device on the last line, below whatever
+    vLLM prints on import."""
+    code = ("import json, vllm, importlib.metadata as m; from vllm.platforms import current_platform as p\n"
+            f"print('libraries', json.dumps({{n: m.version(n) for n in {VLLM_LIBRARIES[:2]!r}}}))\n"
             "print(vllm.__version__, p.device_type or 'unknown')")
-    version, _, device = (_ask(python, code, "vLLM") or [""])[-1].partition(" ")
-    return version, device
+    lines = _ask(python, code, "vLLM") or [""]
+    version, _, device = lines[-1].partition(" ")
+    return version, device, next((ln[10:] for ln in lines if ln.startswith("libraries ")), "{}")
+
+
+def vllm_version(python: str) -> tuple[str, str]:
+    """(vLLM's version, its platform's device type: cpu, cuda ...) in ``python`` (one line when it has none)."""
+    return _probe(python)[:2]
+
+
+def vllm_libraries(python: str) -> dict[str, str]:
+    """The versions of ``VLLM_LIBRARIES`` in vLLM's interpreter (not this process's: vLLM pins its own torch and
+    transformers); torch and transformers empty when the interpreter did not say."""
+    version, _, libs = _probe(python)
+    try:
+        found = {str(k): str(v) for k, v in dict(json.loads(libs)).items()}
+    except (ValueError, TypeError):
+        found = {}
+    return {name: found.get(name, "") for name in VLLM_LIBRARIES[:2]} | {"vllm": version}
 
 
 def free_port() -> int:
