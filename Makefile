@@ -52,15 +52,18 @@ gate: setup
 	  $(GATE_ACCUMULATE) $(GATE_ARGS)
 
 # `make selftest`: the gate's own check on the embedded model. A no-op must PASS (w4g32 re-quantizes this Q4_1 model
-# onto its own grid: near-identical) and a destroyed variant must FAIL (w2g32); exit 0 when both do.
-# CI runs the FAIL half at small n (tests/gate/test_selftest.py, marked embedded).
+# onto its own grid: near-identical) and a destroyed variant must FAIL (w2g32); exit 0 when both do. Its policy gates
+# max_kld (SELFTEST_POLICY: the shipped one keeps KLD a screen). CI runs the FAIL half at small n
+# (tests/gate/test_selftest.py, marked embedded).
 SELFTEST_RUN ?= selftest-$(shell date +%Y%m%d-%H%M%S)
+SELFTEST_POLICY ?= evalsuite/gate/selftest_policy.yaml
 selftest: setup
 	-$(VENV)/bin/evalsuite run --variants w4g32,w2g32 --tasks reasoning,code --round-size $(GATE_ROUND) \
 	  --batch-size $(GATE_BATCH) --budget $(GATE_BUDGET) --param code.source=both --store-baseline $(GATE_BASELINES) \
-	  --out runs --run-id $(SELFTEST_RUN) $(GATE_ARGS)
-	$(PY) -c "import sys; from evalsuite.gate.store_gate import gate_store; from evalsuite.core.store import Store; \
-	  v = gate_store(Store.open('runs/$(SELFTEST_RUN)'), None).gate.variant_verdicts; \
+	  --policy $(SELFTEST_POLICY) --out runs --run-id $(SELFTEST_RUN) $(GATE_ARGS)
+	$(PY) -c "import sys; from pathlib import Path; from evalsuite.gate.store_gate import gate_store; \
+	  from evalsuite.core.store import Store; \
+	  v = gate_store(Store.open('runs/$(SELFTEST_RUN)'), Path('$(SELFTEST_POLICY)')).gate.variant_verdicts; \
 	  ok = v == {'w4g32': 'PASS', 'w2g32': 'FAIL'}; \
 	  print('selftest:', v, 'as expected' if ok else 'NOT as expected (w4g32 must PASS, w2g32 must FAIL)'); \
 	  sys.exit(0 if ok else 1)"

@@ -128,13 +128,14 @@ def task_rows(task: str, counts: tuple[int, ...], slice_counts: tuple[int, ...])
 
 
 @functools.lru_cache(maxsize=200_000)
-def gate_at(key: tuple, mode: str, alpha: float = 0.05) -> GateResult:
-    """The real gate, under ``false_fail: mode`` at ``alpha``, on the rows of every task at one look (``key``:
-    ``look_key``)."""
+def gate_at(key: tuple, mode: str, alpha: float = 0.05, max_kld: float | None = None) -> GateResult:
+    """The real gate, under ``false_fail: mode`` at ``alpha`` (and ``max_kld`` set: its checks hold their shares of
+    the family; these rows carry no KLD, ``gate_simulation_kld`` decides those checks), on the rows of every task
+    at one look (``key``: ``look_key``)."""
     rows: list[PairedStats] = []
     for task, (counts, slice_counts) in zip(TOL, key):
         rows += task_rows(task, counts, slice_counts)
-    return evaluate_gate(rows, policy_for(mode, alpha), ["q"], list(TOL))
+    return evaluate_gate(rows, policy_for(mode, alpha, max_kld), ["q"], list(TOL))
 
 
 def _arrays_key(*xs: object) -> tuple:
@@ -175,9 +176,11 @@ def forget() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def policy_for(mode: str, alpha: float = 0.05) -> Policy:
-    """The shipped policy with ``false_fail: mode`` (and ``alpha``)."""
-    return dataclasses.replace(load_policy(), false_fail=mode, alpha=alpha)
+def policy_for(mode: str, alpha: float = 0.05, max_kld: float | None = None) -> Policy:
+    """The shipped policy with ``false_fail: mode`` (and ``alpha``; ``max_kld``: set, as a user's policy sets it)."""
+    p = load_policy()
+    return dataclasses.replace(p, false_fail=mode, alpha=alpha,
+                               defaults=dataclasses.replace(p.defaults, max_kld=max_kld))
 
 
 def run(sc: Multi, reps: int, mode: str, seed: int, looks: Sequence[int] = LOOKS, alpha: float = 0.05) -> dict:
@@ -385,6 +388,12 @@ def main() -> None:
     ap.add_argument("--adaptive-churn", default="0.05")
     ap.add_argument("--averaged", action=argparse.BooleanOptionalAction, default=True,
                     help="also decide FAIL on the weighted average of the e-values (not shipped)")
+    ap.add_argument("--kld", type=int, default=0, help="replications of the KLD dimension (gate_simulation_kld; "
+                    "0: skip)")
+    ap.add_argument("--kld-cost-reps", type=int, default=0, help="replications of what gating KLD costs the other "
+                    "checks (0: skip)")
+    ap.add_argument("--kld-caps", default="", help="caps (x max_kld) to sweep for the KLD checks alone, e.g. 2,4,8")
+    ap.add_argument("--kld-check", type=int, default=0, help="KLD runs replayed through evaluate_gate per case")
     args = ap.parse_args()
     churns = [float(x) for x in args.churn.split(",")]
     t0 = time.perf_counter()
@@ -396,6 +405,11 @@ def main() -> None:
     if args.weights:
         configs = [tuple(float(y) for y in x.split(":")) for x in args.weights.split(",")]
         share_sweep(configs, args.share_reps, churns)  # type: ignore[arg-type]
+    if args.kld or args.kld_cost_reps or args.kld_caps:
+        import gate_simulation_kld as kld  # beside this file
+
+        kld.main_tables(args.kld, args.kld_cost_reps, [float(x) for x in args.kld_caps.split(",") if x],
+                        args.kld_check)
     print(f"\n{time.perf_counter() - t0:.0f} s")
 
 

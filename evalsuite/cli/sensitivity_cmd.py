@@ -31,7 +31,7 @@ from evalsuite.core.config import DEFAULT_TASKS
               help="Quantize one decoder layer's Linear modules at a time, or one module (q/k/v/o/gate/up/down).")
 @click.option("--fix", is_flag=True, help="Propose a keep-set bringing the measured KLD under the target, and gate.")
 @click.option("--target", help="KLD target for --fix: a number, or N% of the variant's measured KLD "
-              "(default: the policy's max_kld).")
+              "(default: the policy's max_kld, else 0.5, the KLD screen's level).")
 @click.option("--max-keep", default=0.15, show_default=True, type=click.FloatRange(0, 1),
               help="--fix keeps at most this fraction of the quantized Linear parameters.")
 @click.option("--policy", type=click.Path(path_type=Path), help="Gate policy YAML (default: the shipped one).")
@@ -94,6 +94,7 @@ def sensitivity(model: str, dtype: str, device: str | None, task_config: str | N
 
 def _fix(loaded, measurer, spec, sens, qunits, target, max_keep, policy, gate, gate_args) -> dict:
     """Greedy keep-set, bytes before/after, and (``gate``) verdicts before/after."""
+    from evalsuite.gate.means import KLD_SCREEN
     from evalsuite.gate.policy import load_policy
     from evalsuite.sensitivity.fix import gate_variants, greedy_fix
     from evalsuite.variants.build import build_variant
@@ -101,8 +102,7 @@ def _fix(loaded, measurer, spec, sens, qunits, target, max_keep, policy, gate, g
 
     if target is None:
         target = load_policy(policy).thresholds("needle").max_kld
-        if target is None:
-            raise EvalsuiteError("the policy sets no max_kld: pass --target")
+        target = KLD_SCREEN if target is None else target
     elif str(target).endswith("%"):
         target = float(target[:-1]) / 100 * sens.variant_kld.kld
     else:

@@ -14,11 +14,13 @@ whatever the number of tasks, slices and checks, at any stopping time, and a FAI
 The family of a variant: on every task of its list (the run's expected tasks, those with samples, the policy's
 required ones) and on each row of it the policy gates (``all`` and each selector slice), every enabled
 ``max_drop``, ``min_recovery``, ``max_flip_rate`` (held on every task: whether a task is binary is only known from
-its samples) and ``metric:NAME:max_drop|max_rise``; and the pooled check when two or more tasks have a
-``max_drop``. A row or task without samples yet holds its share. Point checks (``max_kld``, ``min_score``) have
-no sampling error and stay as they are. The PASS side needs every check to PASS (intersection-union), so a false
-PASS stays <= alpha per check at alpha. The pooled check holds ``POOLED_SHARE`` of alpha (it carries the power
-against a variant that loses a little everywhere), the other checks share the rest equally. docs/gate.md.
+its samples), ``max_kld`` (held whether or not the run measures KLD), ``min_score`` and
+``metric:NAME:max_drop|max_rise``; and the pooled check when two or more tasks have a ``max_drop``. A row or task
+without samples yet holds its share. Every check that can FAIL a variant is in it (``gate.means``: max_kld and
+min_score are sequences too), so the guarantee ``describe`` prints holds for every FAIL. The PASS side needs every
+check to PASS (intersection-union), so a false PASS stays <= alpha per check at alpha. The pooled check holds
+``POOLED_SHARE`` of alpha (it carries the power against a variant that loses a little everywhere), the other checks
+share the rest equally. docs/gate.md.
 """
 from __future__ import annotations
 
@@ -36,9 +38,13 @@ RELATIVE: dict[str, float] = {}
 Key = tuple[str, str, str]  #: (task, slice, check)
 
 
+#: the checks of a row that can FAIL, besides its metric checks: every one is an anytime-valid sequence in the family
+CHECKS = ("max_drop", "min_recovery", "max_flip_rate", "max_kld", "min_score")
+
+
 def fail_capable(th: Thresholds) -> list[str]:
-    """The checks of one gated row whose FAIL side has sampling error (what a variant's alpha is shared over)."""
-    plain = [name for name in ("max_drop", "min_recovery", "max_flip_rate") if getattr(th, name) is not None]
+    """The checks of one gated row that can FAIL (what a variant's alpha is shared over): every enabled one."""
+    plain = [name for name in CHECKS if getattr(th, name) is not None]
     return plain + [f"metric:{name}:{kind}" for (name, kind), t in th.metrics if t is not None]
 
 

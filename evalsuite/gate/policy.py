@@ -17,6 +17,7 @@ import yaml
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.stats.compare import SliceFilter
+from evalsuite.stats.sequential import ALPHA
 
 #: threshold key -> (lowest allowed, highest allowed or None); min_samples must be an integer
 THRESHOLD_KEYS: dict[str, tuple[float, float | None]] = {
@@ -26,7 +27,7 @@ ON_INCONCLUSIVE = ("fail", "pass")
 #: ``defaults.false_fail``: the guarantee a FAIL carries (evalsuite.gate.family)
 FAMILY_ALPHA, PER_CHECK = "family_alpha", "per_check"
 FALSE_FAIL = (FAMILY_ALPHA, PER_CHECK)
-ALPHA, MAX_ALPHA = 0.05, 0.5  #: ``defaults.alpha``: the shipped error level, and the largest accepted
+MAX_ALPHA = 0.5  #: the largest ``defaults.alpha`` accepted (the shipped one: ALPHA, the sequences' own)
 POLICY_WIDE = ("on_inconclusive", "alpha", "false_fail")  #: keys of ``defaults`` only (not per task or slice)
 #: checks on a task's secondary metrics (Score.metrics with values in [0, 1]): ``metrics: {NAME: {KIND: t}}``
 METRIC_KINDS = ("max_drop", "max_rise")

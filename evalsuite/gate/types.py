@@ -18,12 +18,15 @@ def worst(verdicts: Iterable[str], empty: _E = "PASS") -> str | _E:  # type: ign
 
 def heads_to_fail(check: str, observed: float, threshold: float) -> bool:
     """Whether an undecided per-task check's observed value is already beyond its threshold (its estimate heads to
-    a FAIL, and a PASS would need the value to come back): a drop past ``max_drop``, flips past ``max_flip_rate``.
+    a FAIL, and a PASS would need the value to come back): a drop past ``max_drop``, flips past ``max_flip_rate``,
+    a capped mean KLD past ``max_kld``, a score below ``min_score``.
     ``gate.decide.leans_fail`` and the report's ``pass_needs`` ask this."""
     if check == "max_drop":
         return observed < -threshold
-    if check == "max_flip_rate":
+    if check in ("max_flip_rate", "max_kld"):
         return observed > threshold
+    if check == "min_score":
+        return observed < threshold
     return False
 
 
@@ -54,8 +57,8 @@ class CheckResult:
     #: the pooled check heading to a FAIL: per pooled task beyond its own tolerance, about how many more pairs of
     #: that task alone would decide it (``stats.pooled.more_needed_from``); empty on every other check
     needs_from: tuple[tuple[str, int], ...] = ()
-    #: the error level of the check's FAIL side (its share of the variant's alpha, ``gate.family``); None on point
-    #: checks (max_kld, min_score) and min_samples
+    #: the error level of the check's FAIL side (its share of the variant's alpha, ``gate.family``); None on
+    #: min_samples (never a FAIL)
     alpha: float | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -9,7 +9,9 @@ tolerance is FAILed with probability <= alpha however many checks it has; ``fals
 - max_drop: the sequence of delta (from the row's counts, as PairedStats.cs_low/cs_high) against -max_drop.
 - min_recovery: ratio variant/baseline with bounds 1 + bounds(delta)/baseline_mean (baseline mean taken as fixed).
 - max_flip_rate (binary tasks): the sequence of the flip proportion against max_flip_rate.
-- max_kld, min_score: point checks (PASS/FAIL); max_kld is skipped where no KLD was measured.
+- max_kld, min_score (evalsuite.gate.means): the sequence of the capped per-sample mean KLD (skipped where no KLD
+  was measured) and of the variant's mean score, in the family like the others; both off in the shipped policy
+  (KLD is a screen there: reported and ranked, never a FAIL).
 - metric:NAME:max_drop / max_rise: a task's secondary metric (values in [0, 1]) on the sequence of its paired
   difference, like max_drop (e.g. JSON field_accuracy, a safety task's refusal flag).
 - min_samples: a slice with fewer paired samples gets only an INCONCLUSIVE check; a policy task (unless
@@ -21,11 +23,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass
 
 import numpy as np
 
-from evalsuite.gate.family import Family, family, level_note
+from evalsuite.gate.check import WORDS, CheckLevels, at_least, at_most, label, make_check
+from evalsuite.gate.family import Family, family
+from evalsuite.gate.means import max_kld, min_score
 from evalsuite.gate.policy import Policy, Thresholds
 from evalsuite.gate.pooled import CHECK, POOLED, pooled_check
 from evalsuite.core.records import KLDResult, SampleResult
@@ -33,53 +36,6 @@ from evalsuite.stats.compare import compare, paired_values
 from evalsuite.stats import sequential as seq
 from evalsuite.gate.types import CheckResult, GateResult, Verdict, worst
 from evalsuite.stats.types import ALL, PairedStats
-
-_EPS = 1e-12  # float slack so that e.g. a CI bound of exactly -0.05 meets max_drop 0.05
-_WORDS = {"PASS": "within", "FAIL": "exceeds", "INCONCLUSIVE": "straddles"}
-
-
-def _at_least(lo: float, hi: float, limit: float) -> Verdict:
-    """Three-way verdict of 'value >= limit' from an interval of the value."""
-    return "PASS" if lo >= limit - _EPS else "FAIL" if hi < limit - _EPS else "INCONCLUSIVE"
-
-
-def _at_most(lo: float, hi: float, limit: float) -> Verdict:
-    """Three-way verdict of 'value <= limit' from an interval of the value."""
-    return "PASS" if hi <= limit + _EPS else "FAIL" if lo > limit + _EPS else "INCONCLUSIVE"
-
-
-def _label(task: str, slice_name: str) -> str:
-    return task if slice_name == ALL else f"{task}[{slice_name}]"
-
-
-def _n(st: PairedStats) -> str:
-    info = f", {st.n_informative} with a side right" if st.n_informative is not None else ""
-    return f"n={st.n}" + info + (f", {st.n_unpaired} unpaired" if st.n_unpaired else "")
-
-
-@dataclass(frozen=True)
-class CheckLevels:
-    """A check's error levels: its PASS side at the policy's alpha, its FAIL side at its share of the family."""
-
-    alpha: float = seq.ALPHA
-    fail: float = seq.ALPHA
-
-    def low_high(self, fail_high: bool) -> tuple[float, float]:
-        """(lower bound's level, upper bound's level) when the FAIL side is the upper bound (``fail_high``)."""
-        return (self.alpha, self.fail) if fail_high else (self.fail, self.alpha)
-
-    def note(self, side: str) -> str:
-        return level_note(side, self.fail, self.alpha)
-
-
-def _check(st: PairedStats, check: str, threshold: float, observed: float, verdict: Verdict, reason: str,
-           ci: tuple[float, float] | None = None, more: int | None = None,
-           level: float | None = None) -> CheckResult:
-    more = max(more, 1) if verdict == "INCONCLUSIVE" and more is not None else None
-    tail = f"; ~{more} more pairs to decide" if more else ""
-    return CheckResult(st.variant, st.task, st.slice, check, threshold, observed, verdict,
-                       f"{_label(st.task, st.slice)}: {reason} ({_n(st)}){tail}", ci, st.n, more, alpha=level)
-
 
 def _bounds(st: PairedStats, lv: CheckLevels, metric: str | None = None,
             fail_high: bool = True) -> tuple[float, float, str]:
@@ -111,48 +67,35 @@ def _more_delta(st: PairedStats, limit: float, lv: CheckLevels) -> int:
 
 def _max_drop(st: PairedStats, t: float, lv: CheckLevels) -> CheckResult:
     lo, hi, kind = _bounds(st, lv)
-    v = _at_least(lo, hi, -t)
+    v = at_least(lo, hi, -t)
     more = _more_delta(st, -t, lv) if v == "INCONCLUSIVE" else None
-    return _check(st, "max_drop", t, st.delta, v, f"Δ={st.delta:+.3f} {kind} [{lo:+.3f},{hi:+.3f}] "
-                  f"{_WORDS[v]} max_drop {t:g}{lv.note('upper')}", (lo, hi), more, lv.fail)
+    return make_check(st, "max_drop", t, st.delta, v, f"Δ={st.delta:+.3f} {kind} [{lo:+.3f},{hi:+.3f}] "
+                      f"{WORDS[v]} max_drop {t:g}{lv.note('upper')}", (lo, hi), more, lv.fail)
 
 
 def _min_recovery(st: PairedStats, r: float, lv: CheckLevels) -> CheckResult:
     if st.baseline_mean <= 0:
-        return _check(st, "min_recovery", r, 0.0, "INCONCLUSIVE",
-                      "baseline mean is 0, recovery undefined", level=lv.fail)
+        return make_check(st, "min_recovery", r, 0.0, "INCONCLUSIVE",
+                          "baseline mean is 0, recovery undefined", level=lv.fail)
     ratio = st.variant_mean / st.baseline_mean
     dlo, dhi, kind = _bounds(st, lv)
     lo, hi = 1 + dlo / st.baseline_mean, 1 + dhi / st.baseline_mean
-    v = _at_least(lo, hi, r)
+    v = at_least(lo, hi, r)
     more = _more_delta(st, (r - 1) * st.baseline_mean, lv) if v == "INCONCLUSIVE" else None
     word = {"PASS": "meets", "FAIL": "below", "INCONCLUSIVE": "straddles"}[v]
-    return _check(st, "min_recovery", r, ratio, v, f"recovery {ratio:.3f} {kind} [{lo:.3f},{hi:.3f}] {word} "
-                  f"min_recovery {r:g}{lv.note('upper')}", (lo, hi), more, lv.fail)
+    return make_check(st, "min_recovery", r, ratio, v, f"recovery {ratio:.3f} {kind} [{lo:.3f},{hi:.3f}] {word} "
+                      f"min_recovery {r:g}{lv.note('upper')}", (lo, hi), more, lv.fail)
 
 
 def _max_flip_rate(st: PairedStats, f: float, lv: CheckLevels) -> CheckResult:
     k = st.flips_right_to_wrong + st.flips_wrong_to_right
     levels = lv.low_high(False)
     lo, hi = seq.proportion_cs(k, st.n, levels)
-    v = _at_most(lo, hi, f)
+    v = at_most(lo, hi, f)
     more = seq.more_needed(np.array([0.0, 1.0]), np.array([st.n - k, k]), f, levels) if v == "INCONCLUSIVE" else None
-    return _check(st, "max_flip_rate", f, st.flip_rate, v, f"flip rate {st.flip_rate:.3f} ({st.flips_right_to_wrong}"
-                  f"↓ {st.flips_wrong_to_right}↑, CS [{lo:.3f},{hi:.3f}]) {_WORDS[v]} max_flip_rate {f:g}"
-                  f"{lv.note('lower')}", (lo, hi), more, lv.fail)
-
-
-def _max_kld(st: PairedStats, k: float) -> CheckResult:
-    m = float(st.kld_mean or 0.0)
-    v: Verdict = "PASS" if m <= k + _EPS else "FAIL"
-    return _check(st, "max_kld", k, m, v, f"mean KLD {m:.3f} (p99 {st.kld_p99 or 0.0:.3f}) "
-                  f"{'within' if v == 'PASS' else 'exceeds'} max_kld {k:g}")
-
-
-def _min_score(st: PairedStats, m: float) -> CheckResult:
-    v: Verdict = "PASS" if st.variant_mean >= m - _EPS else "FAIL"
-    return _check(st, "min_score", m, st.variant_mean, v, f"score {st.variant_mean:.3f} "
-                  f"{'meets' if v == 'PASS' else 'below'} min_score {m:g}")
+    return make_check(st, "max_flip_rate", f, st.flip_rate, v, f"flip rate {st.flip_rate:.3f} "
+                      f"({st.flips_right_to_wrong}↓ {st.flips_wrong_to_right}↑, CS [{lo:.3f},{hi:.3f}]) {WORDS[v]} "
+                      f"max_flip_rate {f:g}{lv.note('lower')}", (lo, hi), more, lv.fail)
 
 
 def _metric(st: PairedStats, name: str, kind: str, t: float, lv: CheckLevels) -> CheckResult:
@@ -162,14 +105,14 @@ def _metric(st: PairedStats, name: str, kind: str, t: float, lv: CheckLevels) ->
     m = st.metrics.get(name)
     if m is None or "cs_low" not in m:
         why = "not reported" if m is None else "has values outside [0, 1] (only rates and fractions are gated)"
-        return _check(st, check, t, 0.0, "INCONCLUSIVE", f"metric {name} {why}", level=lv.fail)
+        return make_check(st, check, t, 0.0, "INCONCLUSIVE", f"metric {name} {why}", level=lv.fail)
     drop = kind == "max_drop"
     lo, hi, _ = _bounds(st, lv, name, fail_high=drop)
     d = m["delta"]
-    v = _at_least(lo, hi, -t) if drop else _at_most(lo, hi, t)
-    return _check(st, check, t, d, v, f"{name} {m['baseline']:.3f}→{m['variant']:.3f} (Δ={d:+.3f} CS "
-                  f"[{lo:+.3f},{hi:+.3f}]) {_WORDS[v]} {kind} {t:g}{lv.note('upper' if drop else 'lower')}",
-                  (lo, hi), level=lv.fail)
+    v = at_least(lo, hi, -t) if drop else at_most(lo, hi, t)
+    return make_check(st, check, t, d, v, f"{name} {m['baseline']:.3f}→{m['variant']:.3f} (Δ={d:+.3f} CS "
+                      f"[{lo:+.3f},{hi:+.3f}]) {WORDS[v]} {kind} {t:g}{lv.note('upper' if drop else 'lower')}",
+                      (lo, hi), level=lv.fail)
 
 
 def slice_checks(st: PairedStats, th: Thresholds, fam: Family | None = None) -> list[CheckResult]:
@@ -177,8 +120,8 @@ def slice_checks(st: PairedStats, th: Thresholds, fam: Family | None = None) -> 
     FAILs at; None: every check at the shipped alpha, per check)."""
     if st.n < max(th.min_samples, 1):
         what = "no paired samples" if st.n == 0 else f"n={st.n} < min_samples {th.min_samples}"
-        return [_check(st, "min_samples", th.min_samples, st.n, "INCONCLUSIVE", what, None,
-                       max(th.min_samples - st.n, 1))]
+        return [make_check(st, "min_samples", th.min_samples, st.n, "INCONCLUSIVE", what, None,
+                           max(th.min_samples - st.n, 1))]
 
     def lv(check: str) -> CheckLevels:
         return CheckLevels(fam.alpha, fam.level(st.task, st.slice, check)) if fam else CheckLevels()
@@ -191,9 +134,9 @@ def slice_checks(st: PairedStats, th: Thresholds, fam: Family | None = None) -> 
     if th.max_flip_rate is not None and st.binary:
         out.append(_max_flip_rate(st, th.max_flip_rate, lv("max_flip_rate")))
     if th.max_kld is not None and st.kld_mean is not None:
-        out.append(_max_kld(st, th.max_kld))
+        out.append(max_kld(st, th.max_kld, lv("max_kld")))
     if th.min_score is not None:
-        out.append(_min_score(st, th.min_score))
+        out.append(min_score(st, th.min_score, lv("min_score")))
     out += [_metric(st, name, kind, t, lv(f"metric:{name}:{kind}")) for (name, kind), t in th.metrics
             if t is not None]
     return out
@@ -205,12 +148,12 @@ def _missing(variant: str, task: str, slice_name: str, th: Thresholds, known: Se
     get them, so it carries ``more_needed``; a task the run does not have gets a did-you-mean hint instead."""
     if task in expected and slice_name == ALL:
         return CheckResult(variant, task, slice_name, "min_samples", th.min_samples, 0, "INCONCLUSIVE",
-                           f"{_label(task, slice_name)}: no paired samples yet (n=0)", None, 0,
+                           f"{label(task, slice_name)}: no paired samples yet (n=0)", None, 0,
                            max(th.min_samples, 1))
     close = difflib.get_close_matches(task, known, n=1) if task not in known else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return CheckResult(variant, task, slice_name, "min_samples", th.min_samples, 0, "INCONCLUSIVE",
-                       f"{_label(task, slice_name)}: no samples{hint}")
+                       f"{label(task, slice_name)}: no samples{hint}")
 
 
 def variant_tasks(variant: str, stats: Sequence[PairedStats], policy: Policy,

@@ -198,10 +198,13 @@ def leans_fail(c: Row) -> bool:
 def fail_bound(c: Row) -> tuple[float | None, str, float]:
     """The bound of a check's interval (``ci``) on its FAIL side, the comparison a FAIL needs and its limit:
     ``max_drop`` and the pooled check FAIL when the upper bound is ``< -max_drop`` (pooled: ``< 0``),
-    ``max_flip_rate`` when the lower bound is ``> max_flip_rate``. The bound is None for a check without ``ci``."""
+    ``max_flip_rate`` and ``max_kld`` when the lower bound is above the threshold, ``min_score`` when the upper bound
+    is below it. The bound is None for a check without ``ci``."""
     ci, t = c.get("ci"), float(c["threshold"])
-    if c["check"] == "max_flip_rate":
+    if c["check"] in ("max_flip_rate", "max_kld"):
         return (float(ci[0]) if ci else None), ">", t
+    if c["check"] == "min_score":
+        return (float(ci[1]) if ci else None), "<", t
     return (float(ci[1]) if ci else None), "<", (0.0 if c["task"] == POOLED else -t)
 
 

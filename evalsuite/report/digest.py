@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalsuite.core.machine import machine_text
+from evalsuite.gate.means import KLD_SCREEN
 from evalsuite.gate.types import worst
 from evalsuite.report.deciding import (ALL, POOLED, Row, check_n, fail_needs, pass_needs, samples_to_decide,
                                        seconds_to_decide, stat_row, stopped_drawing)
@@ -138,6 +139,7 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
     bytes saved vs the baseline and speed relative to it; when INCONCLUSIVE, what a PASS needs (``to_pass``) and
     the open checks heading to a FAIL, nearest first (``to_fail``, ``deciding.fail_needs``)."""
     base = next((v for v in r["variants"] if v["variant"] == r["baseline"]), None)
+    screen = kld_screen(r)
     cards = []
     for v in r["variants"]:
         if v["variant"] == r["baseline"]:
@@ -147,7 +149,7 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
         reasons = [{**c, "samples": samples_to_decide(r, c), "seconds": seconds_to_decide(r, c)}
                    for c in lead_reasons(mine, verdict, max_reasons)]
         cards.append({
-            "variant": v["variant"], "verdict": verdict, "reasons": reasons,
+            "variant": v["variant"], "verdict": verdict, "reasons": reasons, "kld": screen.get(v["variant"]),
             "to_pass": pass_needs(r, mine) if verdict == "INCONCLUSIVE" else None,
             "to_fail": fail_needs(r, mine) if verdict == "INCONCLUSIVE" else [],
             "stopped": stopped_drawing(r, v["variant"]) if verdict == "INCONCLUSIVE" else [],
@@ -156,6 +158,34 @@ def variant_cards(r: Row, max_reasons: int = 2) -> list[Row]:
             "weights": _saving(v, base, "weight_bytes"), "kv": _saving(v, base, "kv_bytes_per_token"),
             "ttft": _saving(v, base, "ttft_s"), "itl": _saving(v, base, "itl_s")})
     return cards
+
+
+def kld_screen(r: Row) -> dict[str, Row]:
+    """variant -> its KLD screen: the highest mean KLD per answer token over its tasks' ``all`` rows (``kld``), that
+    task and its top-1 agreement, its rank among the variants with KLD (1: the lowest; ``of``: how many), and
+    whether a ``max_kld`` check gates it (``gated``; the shipped policy does not: KLD is then a screen)."""
+    high: dict[str, Row] = {}
+    for s in r["stats"]:
+        if s["slice"] == ALL and s.get("kld_mean") is not None and s["variant"] != r["baseline"]:
+            if s["variant"] not in high or s["kld_mean"] > high[s["variant"]]["kld"]:
+                high[s["variant"]] = {"kld": s["kld_mean"], "task": s["task"], "top1": s.get("top1_agreement")}
+    order = sorted(high, key=lambda v: high[v]["kld"])
+    gated_by = {c["variant"] for c in r["checks"] if c["check"] == "max_kld"}
+    return {v: {**x, "rank": order.index(v) + 1, "of": len(order), "gated": v in gated_by} for v, x in high.items()}
+
+
+def kld_text(k: Row | None) -> str:
+    """``KLD (a screen, not a verdict): up to 0.281/token (json, top-1 86%), the lowest of 3 variants``
+    (``kld_screen``), flagged above ``gate.means.KLD_SCREEN`` where no ``max_kld`` gates it; "" for None."""
+    if not k:
+        return ""
+    top1 = f", top-1 {k['top1']:.0%}" if k.get("top1") is not None else ""
+    n, i = k["of"], k["rank"]
+    rank = ("" if n < 2 else f", the lowest of {n} variants" if i == 1 else
+            f", the highest of {n} variants" if i == n else f", {i} of {n} from the lowest")
+    what = "gated by max_kld" if k["gated"] else "a screen, not a verdict"
+    flag = f"; above the screen's {KLD_SCREEN:g}: read its answers" if k["kld"] > KLD_SCREEN and not k["gated"] else ""
+    return f"KLD ({what}): up to {k['kld']:.3f}/token ({k['task']}{top1}){rank}{flag}"
 
 
 def context_range(r: Row, variant: str) -> tuple[int, int] | None:

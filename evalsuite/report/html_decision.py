@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalsuite.report.deciding import Row, fail_text, pass_text, stopped_text, to_decide
-from evalsuite.report.digest import POOLED, pooled_text, task_decision, task_names, variant_cards
+from evalsuite.report.digest import POOLED, kld_text, pooled_text, task_decision, task_names, variant_cards
 from evalsuite.report.html_common import delta_class, e, vclass
 from evalsuite.report.model import fmt_bytes, fmt_delta, fmt_ms
 
@@ -62,6 +62,12 @@ def _to_decide(card: Row) -> str:
     return out
 
 
+def _kld(card: Row) -> str:
+    """The card's KLD line (``digest.kld_text``): a screen under the shipped policy, ranked among the variants."""
+    text = kld_text(card.get("kld"))
+    return f'<div class="counts kld">{e(text)}</div>' if text else ""
+
+
 def covers_note(card: Row) -> str:
     """For a variant with a smaller KV cache: the context lengths its verdict covers."""
     span, kv = card.get("contexts"), card["kv"]
@@ -77,7 +83,7 @@ def _card(card: Row) -> str:
             f'<div class="card-head"><span class="name">{e(card["variant"])}</span>'
             f'<span class="verdict">{e(verdict or "—")}</span></div>'
             f'<div class="counts">{e(counts)}</div>{_to_fail(card)}{covers_note(card)}{_reasons(card)}'
-            f'{_to_decide(card)}'
+            f'{_to_decide(card)}{_kld(card)}'
             '<dl class="gains">'
             f'{_bytes_line("weights", card["weights"], fmt_bytes)}'
             f'{_bytes_line("KV cache", card["kv"], lambda x: f"{x:,.0f}", " B/token")}'

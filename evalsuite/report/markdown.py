@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from evalsuite.report.deciding import fail_text, pass_text, stopped_text, to_decide
-from evalsuite.report.digest import (POOLED, guarantee_text, machine_line, metric_names, metric_rows, pooled_text,
-                                     split_rows, task_decision, task_names, variant_cards, verification_lines)
+from evalsuite.report.digest import (POOLED, guarantee_text, kld_text, machine_line, metric_names, metric_rows,
+                                     pooled_text, split_rows, task_decision, task_names, variant_cards,
+                                     verification_lines)
 from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_delta, fmt_ms, fmt_num,
                                     ordered_reasons, sorted_stats, stat_delta, stat_mean)
 
@@ -44,7 +45,8 @@ def _decision_lines(r: dict[str, Any]) -> list[str]:
                    + (f" — **{_cell(to_fail[0].upper() + to_fail[1:])}**" if to_fail else "")
                    + (f" — {reasons}" if reasons else f" — {c['passed']} of {c['checks']} checks pass")
                    + (f". To decide it: {to_pass}" if to_pass else "")
-                   + (f". {stopped_text(c['stopped'])}" if c["stopped"] else ""))
+                   + (f". {stopped_text(c['stopped'])}" if c["stopped"] else "")
+                   + (f". {kld_text(c['kld'])}" if c.get("kld") else ""))
     return out or ["- no variants besides the baseline"]
 
 

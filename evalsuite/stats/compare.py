@@ -203,7 +203,8 @@ def _stats(name: str, task: str, slice_name: str, members: Sequence[_Item], is_b
         n_unpaired=len(members) - len(pairs), metrics=metric_means(pairs),
         metric_diffs=metric_diffs(pairs), **flips, **kld_aggregate(klds),
         cs_low=cs_lo, cs_high=cs_hi, diff_sd=float(np.std(var - base)) if pairs else 0.0,
-        n_informative=informative(base, var, is_binary), diff_counts=_diff_counts(var - base))
+        n_informative=informative(base, var, is_binary), diff_counts=_diff_counts(var - base),
+        score_counts=_value_counts(var), kld_samples=tuple(sorted(k.mean for k in klds if k.token_kld)))
 
 
 def informative(base: np.ndarray, var: np.ndarray, is_binary: bool) -> int:
@@ -214,7 +215,12 @@ def informative(base: np.ndarray, var: np.ndarray, is_binary: bool) -> int:
 
 
 def _diff_counts(diff: np.ndarray) -> tuple[tuple[float, int], ...]:
-    values, counts = np.unique(np.round(np.clip(diff, -1.0, 1.0), 12), return_counts=True)
+    return _value_counts(np.clip(diff, -1.0, 1.0))
+
+
+def _value_counts(x: np.ndarray) -> tuple[tuple[float, int], ...]:
+    """The distinct values of ``x`` (rounded to 12 decimals) with their counts."""
+    values, counts = np.unique(np.round(x, 12), return_counts=True)
     return tuple((float(v), int(c)) for v, c in zip(values, counts))
 
 
@@ -270,3 +276,18 @@ def paired_values(st: PairedStats, metric: str | None = None) -> tuple[np.ndarra
 
 def _numeric(x: Any) -> bool:
     return isinstance(x, (int, float, bool)) and not (isinstance(x, float) and x != x)
+
+
+def score_values(st: PairedStats) -> tuple[np.ndarray, np.ndarray] | None:
+    """The variant's scores of a row as the sequences see them: distinct values in [0, 1] and their counts (a
+    binary row built by hand: its right / wrong counts from ``variant_mean``); None without them, or when a score
+    lies outside [0, 1] (what a bounded mean's sequence needs)."""
+    if st.score_counts:
+        values = np.array([v for v, _ in st.score_counts])
+        if values.min() < 0.0 or values.max() > 1.0:
+            return None
+        return values, np.array([c for _, c in st.score_counts], dtype=float)
+    if st.binary and st.n:
+        right = round(st.variant_mean * st.n)
+        return np.array([0.0, 1.0]), np.array([st.n - right, right], dtype=float)
+    return None

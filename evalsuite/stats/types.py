@@ -44,6 +44,11 @@ class PairedStats:
     diff_counts: tuple[tuple[float, int], ...] = ()
     #: the same per [0, 1] secondary metric: name -> ((d, count), ...) (what a policy's metric checks bet on)
     metric_diffs: dict[str, tuple[tuple[float, int], ...]] = field(default_factory=dict)
+    #: the variant's distinct scores and their counts ((score, count), ...): what a ``min_score`` check bets on
+    score_counts: tuple[tuple[float, int], ...] = ()
+    #: each paired sample's mean KLD per answer token (``KLDResult.mean``; samples with KLD over at least one token),
+    #: sorted: what a ``max_kld`` check bets on (``kld_mean`` pools tokens instead)
+    kld_samples: tuple[float, ...] = ()
 
     @property
     def flip_rate(self) -> float:

@@ -58,13 +58,15 @@ def test_the_shipped_family_shares_alpha_over_eleven_checks() -> None:
     assert one.levels == {("code", "all", "max_drop"): 0.025, ("code", "all", "max_flip_rate"): 0.025}
 
 
-def test_metric_and_recovery_checks_join_the_family_point_checks_do_not() -> None:
-    p = parse_policy({"defaults": {"min_recovery": 0.9, "min_score": 0.1},
+def test_every_check_that_can_fail_joins_the_family() -> None:
+    p = parse_policy({"defaults": {"min_recovery": 0.9, "min_score": 0.1, "max_kld": 0.5},
                       "tasks": {"json": {"metrics": {"valid": {"max_drop": 0.1}, "refused": {"max_rise": 0.05}}}}})
-    keys = set(family(p, ["json", "code"]).levels)
+    f = family(p, ["json", "code"])
+    keys = set(f.levels)
     assert ("json", "all", "metric:valid:max_drop") in keys and ("json", "all", "metric:refused:max_rise") in keys
-    assert ("code", "all", "min_recovery") in keys and not any(k[2] in ("max_kld", "min_score") for k in keys)
-    assert len(keys) == 2 * 3 + 2 + 1
+    assert {("code", "all", c) for c in ("min_recovery", "max_kld", "min_score")} <= keys
+    assert len(keys) == 2 * 5 + 2 + 1 and "over 13 checks" in f.describe()
+    assert not any(k[2] in ("max_kld", "min_score") for k in family(load_policy(), TASKS).levels)  # off: a screen
 
 
 def test_a_task_without_samples_holds_its_share() -> None:

@@ -40,7 +40,7 @@ def stat(delta: float, lo: float, hi: float, n: int = 100, base: float = 0.8, **
 
 def test_shipped_policy_loads_with_documented_values() -> None:
     p = load_policy()
-    assert p.defaults.max_drop == 0.05 and p.defaults.max_flip_rate == 0.2 and p.defaults.max_kld == 0.5
+    assert p.defaults.max_drop == 0.05 and p.defaults.max_flip_rate == 0.2 and p.defaults.max_kld is None
     assert p.defaults.min_samples == 10 and p.on_inconclusive == "fail"
     (rule,) = p.slices("needle")
     assert rule.name == "context_len>=2048" and p.thresholds("needle", rule).max_drop == 0.10
@@ -140,13 +140,17 @@ def test_min_recovery_ratio_from_delta_ci() -> None:
 
 
 def test_flip_rate_kld_min_score_and_min_samples() -> None:
-    th = parse_policy({"defaults": {"min_score": 0.7}}).thresholds("t")
-    churn = stat(0.0, -0.06, 0.06, flips_right_to_wrong=20, flips_wrong_to_right=20, kld_mean=0.9, kld_p99=3.0)
+    th = parse_policy({"defaults": {"min_score": 0.6, "max_kld": 0.5}}).thresholds("t")
+    churn = stat(0.0, -0.06, 0.06, flips_right_to_wrong=20, flips_wrong_to_right=20, kld_mean=0.9, kld_p99=3.0,
+                 kld_samples=(0.9,) * 100)
     got = {c.check: c.verdict for c in slice_checks(churn, th)}
     assert got == {"max_drop": "INCONCLUSIVE", "max_flip_rate": "FAIL", "max_kld": "FAIL", "min_score": "PASS"}
-    mild = stat(0.0, -0.04, 0.04, flips_right_to_wrong=12, flips_wrong_to_right=12, kld_mean=0.1)
+    mild = stat(0.0, -0.04, 0.04, flips_right_to_wrong=12, flips_wrong_to_right=12, kld_mean=0.1,
+                kld_samples=(0.1,) * 100)
     got = {c.check: c.verdict for c in slice_checks(mild, th)}  # 24% observed, Wilson lower 16%: can't tell
     assert got["max_flip_rate"] == "INCONCLUSIVE" and got["max_kld"] == "PASS"
+    pooled_only = {c.check: c for c in slice_checks(stat(0.0, -0.04, 0.04, kld_mean=0.9), th)}["max_kld"]
+    assert pooled_only.verdict == "INCONCLUSIVE" and "no per-sample KLD" in pooled_only.reason  # built by hand
     (only,) = slice_checks(stat(-0.5, -0.9, -0.2, n=6), th)
     assert only.check == "min_samples" and only.verdict == "INCONCLUSIVE" and "n=6 < min_samples 10" in only.reason
 
@@ -159,7 +163,7 @@ def test_noop_variant_passes_with_zero_flips_and_kld() -> None:
     stats, gate = gate_run(base, {"same": same}, {"same": kld_for("same", same, 0.0)}, load_policy())
     assert gate.overall == "PASS" and gate.exit_code == 0 and gate.variant_verdicts == {"same": "PASS"}
     assert all(s.flip_rate == 0 and s.delta == 0 and s.kld_mean == 0 and s.agreement == 1 for s in stats)
-    assert {c.check for c in gate.checks} == {"max_drop", "max_flip_rate", "max_kld", "pooled_max_drop"}
+    assert {c.check for c in gate.checks} == {"max_drop", "max_flip_rate", "pooled_max_drop"}  # KLD: a screen
     assert all(c.n == 100 and c.more_needed is None for c in gate.checks if c.slice == "all" and c.task != "*")
     assert undecided(gate) == {}
     json.dumps([s.to_dict() for s in stats] + [gate.to_dict()], allow_nan=False)

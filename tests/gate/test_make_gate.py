@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-MAKEFILE = Path(__file__).resolve().parents[2] / "Makefile"
+from evalsuite.gate.policy import load_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+MAKEFILE = ROOT / "Makefile"
 
 
 def _default(name: str) -> str:
@@ -36,3 +39,6 @@ def test_make_gate_gates_the_grid_on_every_task_family():
     assert _default("GATE_ACCUMULATE") == "--accumulate" and "$(GATE_ACCUMULATE)" in recipe  # evidence grows
     selftest = MAKEFILE.read_text().split("\nselftest: setup\n")[1].split("\n\n")[0]
     assert "--variants w4g32,w2g32" in selftest and "'w4g32': 'PASS', 'w2g32': 'FAIL'" in selftest
+    assert selftest.count("$(SELFTEST_POLICY)") == 2  # the run and the check gate with it: max_kld gated
+    policy = load_policy(ROOT / _default("SELFTEST_POLICY"))
+    assert policy.defaults.max_kld == 0.5 and load_policy().defaults.max_kld is None

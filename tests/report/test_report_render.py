@@ -548,3 +548,19 @@ def test_the_report_states_the_false_fail_guarantee_in_force(report):
     assert model["guarantee"] == {"q": line[0].lower() + line[1:-1]}
     assert line in render_markdown(model) and line in render_html(model)
     assert report["guarantee"] is None and "False FAIL" not in render_markdown(report)  # an older report: no line
+
+
+def test_cards_rank_kld_as_a_screen(report):
+    """Under the shipped policy KLD is a screen: each card states its variant's highest mean KLD per answer token
+    (task, top-1 agreement), its rank among the variants and, above 0.5, a flag; with a max_kld check it says so."""
+    scale = {"w8": 0.01, "w4g128": 0.7, "w4g128+kv4g32": 0.3}
+    stats = [{**s, "kld_mean": scale[s["variant"]] * (2 if s["task"] == "json" else 1)} for s in report["stats"]]
+    r = {**report, "stats": stats}
+    md, page = render_markdown(r), render_html(r)
+    assert "KLD (a screen, not a verdict): up to 0.020/token (json, top-1 97%), the lowest of 3 variants" in md
+    assert "up to 0.600/token (json, top-1 97%), 2 of 3 from the lowest" in md
+    assert "up to 1.400/token (json, top-1 97%), the highest of 3 variants; above the screen's 0.5" in md
+    w4 = _between(page, 'data-variant="w4g128">', '</dl></div>')
+    assert '<div class="counts kld">KLD (a screen, not a verdict): up to 1.400/token' in w4
+    gated = {**report["checks"][0], "check": "max_kld", "threshold": 0.5}
+    assert "KLD (gated by max_kld): up to 0.020/token" in render_markdown({**r, "checks": [gated] + r["checks"]})

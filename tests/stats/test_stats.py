@@ -213,3 +213,15 @@ def test_noise_floor_names_the_rerun() -> None:
 def test_one_definition_of_right() -> None:
     assert RIGHT_AT == 0.5 and is_right(0.5) is True and is_right(0.49) is False
     assert is_right(np.array([0.0, 0.5, 1.0])).tolist() == [False, True, True]
+
+
+def test_rows_carry_what_the_mean_checks_bet_on() -> None:
+    """Per-sample KLD (each sample's mean over its tokens, a sample without answer tokens left out) and the variant's
+    distinct scores with their counts: what gate.means' max_kld and min_score sequences are built from."""
+    recs = [KLDResult("w4", "t", "a", (0.0,) * 99, 99, 99), KLDResult("w4", "t", "b", (10.0, 2.0), 0, 2),
+            KLDResult("w4", "t", "c", (), 0, 0)]
+    base = [rec("bf16", s, 1) for s in "abc"]
+    var = [rec("w4", "a", 1), rec("w4", "b", 0), rec("w4", "c", 1)]
+    (row,) = compare(base, var, recs)
+    assert row.kld_samples == (0.0, 6.0) and row.score_counts == ((0.0, 1), (1.0, 2))
+    assert row.kld_mean == pytest.approx(12 / 101)  # the reported mean still pools tokens
