@@ -130,10 +130,13 @@ class InProcessBackend:
 
     def spill_prompts(self, folder: Any, writable: bool = True) -> None:
         """Read the baseline's prompt K/V from ``folder`` where memory lacks them, and (``writable``) keep them
-        there too (``engine.spill``: beside a stored baseline, so a later run does not prefill its prompts again)."""
+        there too (``engine.spill``: beside a stored baseline, so a later run does not prefill its prompts again).
+        Rows read back land on the baseline's device (its input device, where its cache and forward live)."""
         from evalsuite.engine.spill import PromptDisk
+        from evalsuite.models.device import model_device
 
-        self.base_prompts.spill = PromptDisk(folder, writable=writable) if self.snapshot_bytes else None
+        self.base_prompts.spill = PromptDisk(folder, writable=writable, device=model_device(self.loaded.model)) \
+            if self.snapshot_bytes else None
 
     def close(self) -> None:
         self._built.clear()
