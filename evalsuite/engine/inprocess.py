@@ -139,7 +139,7 @@ class InProcessBackend:
         from evalsuite.engine.spill import PromptDisk
 
         device = model_device(self.loaded.model)
-        self.base_prompts.spill = PromptDisk(folder, writable, device=device) if self.snapshot_bytes else None
+        self.base_prompts.spill = PromptDisk(folder, writable=writable, device=device) if self.snapshot_bytes else None
 
     def close(self) -> None:
         self._built.clear()
