@@ -89,9 +89,8 @@ class InProcessBackend:
         from evalsuite.variants.quanto_route import check_backend_specs
 
         specs = prepare_variants(list(requested))
-        for spec in specs:
-            if spec.artifact is not None:
-                check_pairing(self.tokenizer_only(), spec.artifact, spec.name)
+        for spec in (s for s in specs if s.artifact is not None):
+            check_pairing(self.tokenizer_only(), spec.artifact, spec.name)
         check_backend_specs(specs, self.kernels, self.base, self.loader)
         return specs
 
