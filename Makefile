@@ -33,7 +33,7 @@ GATE_ACCUMULATE ?= --accumulate
 # anything else for `evalsuite run`, e.g. GATE_ARGS="--policy my-policy.yaml"
 GATE_ARGS ?=
 
-.PHONY: setup gate selftest test test-fast docs browser server-deps clean clean-cache vllm test-vllm llmc
+.PHONY: setup gate selftest test test-fast docs browser server-deps clean clean-cache vllm test-vllm llmc gpu-bundle
 
 setup: $(VENV)/.installed
 
@@ -67,6 +67,15 @@ selftest: setup
 	  ok = v == {'w4g32': 'PASS', 'w2g32': 'FAIL'}; \
 	  print('selftest:', v, 'as expected' if ok else 'NOT as expected (w4g32 must PASS, w2g32 must FAIL)'); \
 	  sys.exit(0 if ok else 1)"
+
+# `make gpu-bundle`: what the GPU check (benchmarks/gpu_gate.sh, docs/gpu-gate.md) needs beyond the checkout and the
+# GPU machine's image: the wheels that image lacks (optimum-quanto, gguf, jsonschema and their needs, at this venv's
+# versions) and the embedded model cut to 8 of its 30 layers (real weights, 47 MiB), in GPU_BUNDLE (ignored by git:
+# carry it). Then the dry run: the bundle's size with the checkout against the 64 MiB that may travel, and the steps.
+GPU_BUNDLE ?= .cache/gpu-bundle
+gpu-bundle: setup
+	$(PY) benchmarks/gpu_bundle.py --out $(GPU_BUNDLE)
+	PYTHON=$(PY) bash benchmarks/gpu_gate.sh --dry-run --bundle $(GPU_BUNDLE)
 
 # Headless Chromium for the report's browser test (Debian package; skipped where apt-get is unavailable).
 browser:

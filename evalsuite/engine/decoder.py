@@ -195,14 +195,17 @@ def fill_cache(layers: Iterable[tuple[torch.Tensor, torch.Tensor]], cache: Any =
 def left_pad(rows: Sequence[Sequence[tuple[torch.Tensor, torch.Tensor]]]
              ) -> tuple[tuple[tuple[torch.Tensor, torch.Tensor], ...], torch.Tensor]:
     """Rows' per-layer K/V (``[heads, len, dim]``, a length per row) left-padded with zeros into one batch per
-    layer (``[rows, heads, width, dim]``), and the 2-D mask that is 1 on each row's own tokens."""
+    layer (``[rows, heads, width, dim]``), and the 2-D mask that is 1 on each row's own tokens. Each layer is
+    built where the first row holds that layer (a model spread over devices keeps each layer's K/V on its own);
+    the mask sits with the first layer, the model's input device."""
     lens = [row[0][0].shape[1] for row in rows]
-    width, first = max(lens), rows[0][0][0]
-    mask = torch.zeros(len(rows), width, dtype=torch.long, device=first.device)
+    width = max(lens)
+    mask = torch.zeros(len(rows), width, dtype=torch.long, device=rows[0][0][0].device)
     for b, n in enumerate(lens):
         mask[b, width - n:] = 1
     layers = []
     for i in range(len(rows[0])):
+        first = rows[0][i][0]
         k = first.new_zeros(len(rows), first.shape[0], width, first.shape[2])
         v = torch.zeros_like(k)
         for b, row in enumerate(rows):

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, Sequence
 from evalsuite.mkl import cbwr_setting
 from evalsuite.models.packed import setting as linear_setting
 from evalsuite.onednn import isa_setting
+from evalsuite.models.device import model_device
 from evalsuite.models.invariance import invariant
 from evalsuite.models.loader import LoadedModel
 from evalsuite.run.backend import ModelIdentity
@@ -82,13 +83,15 @@ class InProcessBackend:
         return cls(loader=lambda: base, base=base, **kw)
 
     def variants(self, requested: Sequence[Any]) -> list[VariantSpec]:
-        """Parsed specs; an artifact whose tokenizer or chat template differs is refused here (tokenizers only)."""
+        """Parsed specs; refused here: an artifact whose tokenizer or chat template differs (tokenizers only), a
+        weight spec that would need quanto's CUDA extension on this GPU (``variants.quanto_route``)."""
         from evalsuite.variants.artifact import check_pairing
+        from evalsuite.variants.quanto_route import check_backend_specs
 
         specs = prepare_variants(list(requested))
-        for spec in specs:
-            if spec.artifact is not None:
-                check_pairing(self.tokenizer_only(), spec.artifact, spec.name)
+        for spec in (s for s in specs if s.artifact is not None):
+            check_pairing(self.tokenizer_only(), spec.artifact, spec.name)
+        check_backend_specs(specs, self.kernels, self.base, self.loader)
         return specs
 
     def load(self) -> ModelIdentity:
@@ -129,11 +132,13 @@ class InProcessBackend:
             self.snapshots.clear()
 
     def spill_prompts(self, folder: Any, writable: bool = True) -> None:
-        """Read the baseline's prompt K/V from ``folder`` where memory lacks them, and (``writable``) keep them
-        there too (``engine.spill``: beside a stored baseline, so a later run does not prefill its prompts again)."""
+        """Read the baseline's prompt K/V from ``folder`` (onto the baseline's device) where memory lacks them, and
+        (``writable``) keep them there too (``engine.spill``: beside a stored baseline, so a later run does not
+        prefill its prompts again)."""
         from evalsuite.engine.spill import PromptDisk
 
-        self.base_prompts.spill = PromptDisk(folder, writable=writable) if self.snapshot_bytes else None
+        device = model_device(self.loaded.model)
+        self.base_prompts.spill = PromptDisk(folder, writable=writable, device=device) if self.snapshot_bytes else None
 
     def close(self) -> None:
         self._built.clear()

@@ -16,6 +16,10 @@ its dtype and kernels settings, batching where kernels are not batch-invariant, 
 format), like the answers it sits beside. Trade: disk for time; the K/V come from the batch the baseline prefilled
 them in, so with kernels that are not batch-invariant they differ from a recomputed prefill in the last float bits,
 as the in-memory snapshots do (``engine.snapshots``).
+
+Read back onto the run's device: a file holds CPU tensors, and ``get`` moves a row's K/V and logits to ``device``
+(the model's input device, ``InProcessBackend.spill_prompts``), where the cache they fill and the forward that reads
+them live; a CUDA run would otherwise mix devices at its first spilled prompt.
 """
 from __future__ import annotations
 
@@ -41,11 +45,14 @@ def kv_bytes(kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> int:
 
 class PromptDisk:
     """Prompt K/V rows in ``folder`` (created), written while it holds less than ``max_bytes``. ``writable=False``
-    only reads what is there (a strictly reused baseline, ``--baseline``: its folder is never written)."""
+    only reads what is there (a strictly reused baseline, ``--baseline``: its folder is never written). Rows are
+    read back onto ``device``."""
 
-    def __init__(self, folder: Path, max_bytes: int = SPILL_BYTES, writable: bool = True) -> None:
+    def __init__(self, folder: Path, max_bytes: int = SPILL_BYTES, writable: bool = True,
+                 device: torch.device | str = "cpu") -> None:
         self.folder = Path(folder)
         self.writable = writable
+        self.device = torch.device(device)
         if writable:
             self.folder.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
@@ -59,18 +66,19 @@ class PromptDisk:
         return self.path(key).exists()
 
     def get(self, key: Key) -> Row | None:
-        """The row stored for ``key``; None when absent, unreadable, or stored for other ids."""
+        """The row stored for ``key`` on this store's device; None when absent, unreadable, or stored for other
+        ids."""
         path = self.path(key)
         if not path.exists():
             return None
         try:
-            t = load_file(str(path))
+            t = load_file(str(path))  # on the CPU: the ids are compared there
         except Exception:  # a file cut short by a crash elsewhere: a miss, recomputed
             return None
         if t["ids"].tolist() != list(key):
             return None
-        layers = int(t["layers"].item())
-        return tuple((t[f"k{i}"], t[f"v{i}"]) for i in range(layers)), t["last"]
+        layers, dev = int(t["layers"].item()), self.device
+        return tuple((t[f"k{i}"].to(dev), t[f"v{i}"].to(dev)) for i in range(layers)), t["last"].to(dev)
 
     def put(self, key: Key, row: Row) -> bool:
         """Store ``row`` unless it is held or the budget is spent; whether it is on disk now."""

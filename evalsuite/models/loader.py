@@ -121,15 +121,25 @@ def weights_nbytes(source: Path | str, dtype: torch.dtype) -> int | None:
     """Bytes of the model's parameters in ``dtype`` (tied weights once), from its config on an empty (meta)
     model; None if unknown."""
     try:
-        from accelerate import init_empty_weights
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        with init_empty_weights():
-            empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(source), **hub_options(source)))
+        empty = empty_model(source)
         empty.tie_weights()  # not applied on the meta device by itself
         return sum(p.numel() for p in empty.parameters()) * dtype.itemsize
     except Exception:  # an exotic config: place it on the device and let the load say if it does not fit
         return None
+
+
+def linear_shapes(model: Any) -> dict[str, tuple[int, int]]:
+    """Name -> (out, in) of every ``torch.nn.Linear`` of ``model`` (what quanto quantizes)."""
+    return {n: (m.out_features, m.in_features) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+
+
+def empty_model(source: Path | str) -> Any:
+    """The model of ``source``'s config on the meta device: its modules and shapes, no weights read."""
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with init_empty_weights():
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(source), **hub_options(source)))
 
 
 def load_model(name: str = "default", dtype: str = "auto", device: str = "auto") -> LoadedModel:
@@ -210,6 +220,15 @@ class ModelFactory:
             tok.pad_token = tok.eos_token
         tok.padding_side = "left"
         return tok
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """Name -> (out, in) of every Linear layer, from an empty (meta) model of the config: no weights read;
+        empty when the config does not build one."""
+        try:
+            model = empty_model(resolve_source(self.name))
+        except Exception:  # an exotic config: what the load makes of it decides (``variants.quanto_route``)
+            return {}
+        return linear_shapes(model)
 
     def max_positions(self) -> int | None:
         from transformers import AutoConfig

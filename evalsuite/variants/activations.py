@@ -18,6 +18,7 @@ import torch
 from evalsuite.errors import EvalsuiteError
 from evalsuite.variants.forms import WeightSpec
 from evalsuite.variants.mixed import effective_group
+from evalsuite.variants.quanto_route import model_routes, refusal
 from evalsuite.variants.weights import exclude_names, weight_qtype
 
 DEFAULT_CALIB = 16
@@ -79,6 +80,9 @@ def quantize_with_activations(model: torch.nn.Module, spec: WeightSpec, tokenize
         for mod in mods:
             if spec.group is not None:
                 mod.weight_group_size = effective_group(mod.weight.shape[-1], spec.group)
+    routes = model_routes(qmodel)
+    if routes:  # calibration would take quanto's CUDA route that needs its extension (``variants.quanto_route``)
+        raise refusal(spec.name, spec, routes)
     calibrate(qmodel, tokenizer, spec.calib or DEFAULT_CALIB)
     with torch.no_grad():
         freeze(qmodel)

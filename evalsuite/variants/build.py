@@ -75,10 +75,10 @@ def build_variant(base: LoadedModel, spec: VariantSpec, kernels: str = "quanto")
 
         model = quantize_with_activations(base.model, spec.weights, base.tokenizer)
     else:
-        model = quantize_weights(base.model, spec.weights)
+        model = quantize_weights(base.model, spec.weights, kernels)
     weights = weight_bytes(model, spec.weights, base.meta.get("weights_bytes"))
     used = "quanto"
-    if kernels == "dequantized" and model is not base.model and dequantize_linears(model):
+    if kernels == "dequantized" and model is not base.model and dequantize_linears(model, like=base.model):
         used = "dequantized"
     if model is not base.model and packed_model(base.model):
         pack_linears(model)  # like the baseline's (a deep copy starts unpacked; quantization adds Linear layers)

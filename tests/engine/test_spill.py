@@ -132,3 +132,42 @@ def test_a_stored_baselines_later_run_takes_its_prompt_kv_from_disk(tiny, tmp_pa
     ka = {k.sample_id: k.mean for k in warm.kld() if k.variant == name}
     kb = {k.sample_id: k.mean for k in again.kld() if k.variant == name}
     assert ka.keys() == kb.keys() and all(abs(ka[s] - kb[s]) <= 1e-2 * max(kb[s], 1e-3) + 1e-4 for s in ka)
+
+
+def test_rows_read_back_land_on_the_runs_device(tmp_path):
+    """A CUDA run's spilled prompt K/V must come back on the GPU: checked on the meta device, which a CPU has."""
+    PromptDisk(tmp_path).put((1, 2, 3), _row())
+    kv, last = PromptDisk(tmp_path, device="meta").get((1, 2, 3))
+    assert {t.device.type for pair in kv for t in pair} == {"meta"} and last.device.type == "meta"
+    assert kv[0][0].dtype == torch.bfloat16 and kv[0][0].shape == (3, 5, 4)
+
+
+def test_the_backend_reads_spilled_rows_onto_the_baselines_device(tiny, tmp_path):
+    """``spill_prompts`` reads onto the model's device: the rows taken, padded and filled into a cache for a
+    baseline on the meta device (standing in for a GPU) are all on it, none left on the CPU."""
+    import copy
+    from dataclasses import replace
+
+    PromptDisk(tmp_path).put((1, 2, 3), _row(3, tiny.model.config.num_hidden_layers))
+    PromptDisk(tmp_path).put((4, 5), _row(2, tiny.model.config.num_hidden_layers))
+    on_meta = replace(tiny, model=copy.deepcopy(tiny.model).to("meta"))
+    backend = InProcessBackend.of(on_meta)
+    backend.spill_prompts(tmp_path, writable=False)
+    layers, last, mask = backend.base_prompts.take([(1, 2, 3), (4, 5)], keep=True)
+    assert {t.device.type for pair in layers for t in pair} == {"meta"} and last.device.type == "meta"
+    assert mask.device.type == "meta"
+    cache, _, _ = backend.base_prompts.provide(on_meta.model.config)(None, [[1, 2, 3], [4, 5]])
+    assert all(layer.keys.device.type == "meta" for layer in cache.layers)
+
+
+def test_left_pad_keeps_each_layer_on_its_own_device():
+    """A model spread over devices holds each layer's K/V where that layer runs; padding keeps them there."""
+    from evalsuite.engine.decoder import left_pad
+
+    row = ((torch.randn(3, 4, 2), torch.randn(3, 4, 2)),
+           (torch.randn(3, 4, 2).to("meta"), torch.randn(3, 4, 2).to("meta")))
+    short = ((torch.randn(3, 2, 2), torch.randn(3, 2, 2)),
+             (torch.randn(3, 2, 2).to("meta"), torch.randn(3, 2, 2).to("meta")))
+    layers, mask = left_pad([row, short])
+    assert [k.device.type for k, _ in layers] == ["cpu", "meta"] and mask.tolist()[1] == [0, 0, 1, 1]
+    assert torch.equal(layers[0][0][1, :, 2:], short[0][0])

@@ -95,3 +95,74 @@ def test_sensitivity_passes_run_on_cuda(tiny_cuda):
 
     m = measurer.kv(KVConfig(bits=4))
     assert m.tokens == sum(len(a) for a in answers) and m.kld >= 0
+
+
+def _quanto_cuda_built() -> bool:
+    """Whether optimum-quanto's CUDA extension (JIT-built with nvcc and ninja on first use) has been loaded."""
+    from optimum.quanto.library.extensions import get_extension, is_extension_available
+
+    assert is_extension_available("quanto_cuda")  # registered on a CUDA machine: the routes below could reach it
+    return get_extension("quanto_cuda")._lib is not None
+
+
+def test_w4g64_dequantized_runs_on_cuda_without_building_quanto_cuda(tiny_cuda, tiny):
+    """The default demo variant: its layers are frozen and unpacked on the CPU (variants.quanto_route), then held on
+    the GPU; the same values as a CPU build, and no extension build."""
+    from evalsuite.variants.build import build_variant
+    from evalsuite.variants.spec import parse_variant
+
+    built = build_variant(tiny_cuda, parse_variant("w4g64"), kernels="dequantized")
+    assert {p.device.type for p in built.model.parameters()} == {"cuda"}
+    with torch.no_grad():
+        built.model(input_ids=torch.tensor([[1, 2, 3, 4]], device="cuda"))
+    on_cpu = build_variant(tiny, parse_variant("w4g64"), kernels="dequantized")
+    got, want = built.model.model.layers[0].mlp.up_proj.weight, on_cpu.model.model.layers[0].mlp.up_proj.weight
+    assert torch.equal(got.cpu(), want)
+    assert not _quanto_cuda_built()
+
+
+def test_quanto_kernels_refuse_w4g64_on_cuda_and_run_w4g128_on_tinygemm(tiny_cuda):
+    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.errors import EvalsuiteError
+    from evalsuite.variants.build import build_variant
+    from evalsuite.variants.spec import parse_variant
+
+    with pytest.raises(EvalsuiteError, match="quanto_cuda"):
+        InProcessBackend.of(tiny_cuda, kernels="quanto").variants(["w4g64"])
+    built = build_variant(tiny_cuda, parse_variant("w4g128"), kernels="quanto")
+    with torch.no_grad():
+        built.model(input_ids=torch.tensor([[1, 2, 3, 4]], device="cuda"))
+    assert type(built.model.model.layers[0].mlp.up_proj.weight).__name__ == "TinyGemmWeightQBitsTensor"
+    assert not _quanto_cuda_built()
+
+
+def test_a_stored_baselines_spilled_prompt_kv_reads_back_onto_the_gpu(tiny_cuda, tmp_path):
+    """A KV variant against a stored baseline takes the baseline's prompt K/V from disk: on the GPU, where its cache
+    and forward are (read back onto the CPU, the first spilled prompt mixed devices)."""
+    from evalsuite.core.config import RunConfig
+    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.engine.spill import PromptDisk
+    from evalsuite.run.pipeline import execute
+    from evalsuite.tasks.registry import Registry
+    from tests.toytask import CopyTask
+
+    reg = Registry()
+    reg.register("copy", CopyTask)
+    root = tmp_path / "baselines"
+
+    def go(run, variants):
+        config = RunConfig(model="tiny", variants=variants, tasks=["copy"], batch_size=4)
+        return execute(config, tmp_path / run, False, InProcessBackend.of(tiny_cuda, seed=config.seed),
+                       progress=False, log=lambda s: None, registry=reg, baselines=root, grow_baseline=True)
+
+    go("cold", ["bf16"])
+    (kv,) = (root / p.name / "prompt_kv" for p in root.iterdir() if p.is_dir())
+    (folder,) = kv.iterdir()
+    from safetensors.torch import load_file
+
+    (first, *_) = folder.glob("*.safetensors")
+    kv, last = PromptDisk(folder, writable=False, device="cuda:0").get(tuple(load_file(first)["ids"].tolist()))
+    assert kv[0][0].device.type == "cuda" and last.device.type == "cuda"
+    warm = go("warm", ["bf16", "kv4g32"])
+    name = next(k.variant for k in warm.kld())
+    assert len(warm.samples(name)) == 6 and all(k.n_tokens > 0 for k in warm.kld() if k.variant == name)
