@@ -260,7 +260,7 @@ def test_html_grid_n_and_more_needed(page):
     assert cells[("w8", "gsm")] == "v-PASS" and cells[("w4g128", "needle")] == "v-FAIL"
     assert cells[("w4g128+kv4g32", "gsm")] == "v-INCONCLUSIVE" and ("w4g128+kv4g32", "needle") not in cells
     assert "n=30 · FAIL in context_len=4096 (n=10)" in grid
-    assert "n=30 · ≈+60 to decide" in grid and "-0.170 [-0.300, -0.050]" in grid
+    assert "n=30 · ≈+60 to decide" in grid and "<span>-0.170</span> <span>[-0.300, -0.050]</span>" in grid
     assert grid.count('<td class="cell v-none">—</td>') == 1  # no needle run for w4g128+kv4g32
 
 
