@@ -10,7 +10,7 @@ from evalsuite.report import plots
 from evalsuite.report.digest import (gated_rows, guarantee_text, machine_line, metric_names, metric_rows, split_rows,
                                      task_names, verification_lines)
 from evalsuite.report.html_common import (count, delta_cell, e, fmt_metric, fmt_signed_metric, img, table,
-                                          verdict_cell)
+                                          verdict_cell, wbr)
 from evalsuite.report.html_decision import cards_section, grid_section
 from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_ms, fmt_num, sorted_stats, stat_label,
                                     stat_mean)
@@ -36,8 +36,8 @@ def _header(r: dict[str, Any]) -> str:
 def _stats_row(r: dict[str, Any], s: dict[str, Any]) -> str:
     kld = "—" if s.get("kld_mean") is None else f"{s['kld_mean']:.4f} / {fmt_num(s.get('kld_p99'), 4)}"
     cls = "" if s["slice"] == "all" else ' class="slice"'
-    return (f'<tr{cls}><td class="l first">{e(s["variant"])}</td><td class="l">{e(s["task"])}</td>'
-            f'<td class="l">{e(s["slice"])}</td><td>{s["n"]}</td><td>{stat_mean(s, "baseline_mean")}</td>'
+    return (f'<tr{cls}><td class="l first">{wbr(s["variant"])}</td><td class="l">{e(s["task"])}</td>'
+            f'<td class="l">{wbr(s["slice"])}</td><td>{s["n"]}</td><td>{stat_mean(s, "baseline_mean")}</td>'
             f'<td>{stat_mean(s, "variant_mean")}</td>{delta_cell(s)}'
             f'<td>{s.get("flips_right_to_wrong", 0)} / {s.get("flips_wrong_to_right", 0)}</td>'
             f'<td>{fmt_num(s.get("agreement"), 2)}</td><td>{kld}</td><td>{fmt_num(s.get("top1_agreement"), 3)}</td>'
@@ -101,7 +101,7 @@ def _metrics_section(r: dict[str, Any]) -> str:
         if not rows:
             continue
         names = metric_names(rows)
-        body = [f'<tr><td class="l">{e(s["variant"])}</td><td>{s["n"]}</td>'
+        body = [f'<tr><td class="l">{wbr(s["variant"])}</td><td>{s["n"]}</td>'
                 + "".join(_metric_cell(s["metrics"].get(m), s["n"]) for m in names) + "</tr>" for s in rows]
         parts.append(f"<h3>{e(task)}</h3>" + table(["variant", "n", *names], body))
     if not parts:
@@ -126,7 +126,7 @@ def _memory_table(r: dict[str, Any]) -> str:
         ratio = (f"{v['weight_bytes'] / base['weight_bytes']:.2f}×" if base and base["weight_bytes"] else "—")
         verdict = "baseline" if v["variant"] == r["baseline"] else v.get("verdict")
         rows.append(
-            f'<tr><td class="l">{e(v["variant"])}{_artifact_note(v)}</td>{verdict_cell(v.get("verdict"), verdict)}'
+            f'<tr><td class="l">{wbr(v["variant"])}{_artifact_note(v)}</td>{verdict_cell(v.get("verdict"), verdict)}'
             f'<td>{fmt_bytes(v["weight_bytes"])}</td><td>{fmt_bytes(v.get("weight_formula_bytes"))}</td>'
             f'<td>{ratio}</td><td>{count(v.get("kv_bytes_per_token"))}</td>'
             f'<td>{count(v.get("kv_formula_bytes_per_token"))}</td>'
@@ -152,8 +152,8 @@ def _checks_table(r: dict[str, Any]) -> str:
     for c in sorted(r["checks"], key=lambda c: order.get(c["verdict"], 3)):
         ci = c.get("ci")
         rows.append(
-            f'<tr><td class="l">{e(c["variant"])}</td><td class="l">{e(c["task"])}</td>'
-            f'<td class="l">{e(c["slice"])}</td><td class="l">{e(c["check"])}</td><td>{c["threshold"]:g}</td>'
+            f'<tr><td class="l">{wbr(c["variant"])}</td><td class="l">{e(c["task"])}</td>'
+            f'<td class="l">{wbr(c["slice"])}</td><td class="l">{e(c["check"])}</td><td>{c["threshold"]:g}</td>'
             f'<td>{fmt_num(c["observed"], 4)}</td>'
             f'<td>{"—" if not ci else e(f"[{ci[0]:+.3f}, {ci[1]:+.3f}]")}</td>'
             f'{verdict_cell(c["verdict"])}<td class="l reason">{e(c["reason"])}</td></tr>')

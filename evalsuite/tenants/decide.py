@@ -121,12 +121,12 @@ def _speed(name: str, tenant: Tenant, facts: RunFacts, fit: Serving, base: Servi
 def quality_line(gate: GateResult, variant: str, on_inconclusive: str) -> str:
     """The deciding check of a variant the policy refuses (a FAIL), or its open check nearest a decision."""
     mine = [c for c in gate.checks if c.variant == variant]
-    fails = [c for c in mine if c.verdict == "FAIL"]
-    if fails:
-        return f"FAIL {fails[0].reason}"
+    if gate.variant_verdicts.get(variant) == "FAIL":
+        fails = [c for c in mine if c.verdict == "FAIL"]
+        return f"FAIL {fails[0].reason}" if fails else "FAIL"
     open_ = sorted((c for c in mine if c.verdict == "INCONCLUSIVE"),
                    key=lambda c: (c.more_needed is None, c.more_needed or 0))
-    head = f"INCONCLUSIVE (on_inconclusive: {on_inconclusive})"
+    head = f"INCONCLUSIVE under on_inconclusive: {on_inconclusive}"
     return f"{head}; nearest: {open_[0].reason}" if open_ else head
 
 

@@ -46,7 +46,7 @@ class Form:
     def kv_label(self) -> str:
         if self.kv_config is not None:
             return f"{self.kv} {self.kv_config.name}"
-        return f"{self.kv} {self.kv_dtype}" if self.kv_dtype else self.kv
+        return f"vLLM {self.kv_dtype}" if self.kv_dtype else self.kv
 
 
 UNKNOWN = Form("unknown", "unknown", "endpoint")

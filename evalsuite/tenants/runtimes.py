@@ -56,19 +56,19 @@ def _no(how: str) -> Support:
 _QUANTO = "optimum-quanto {} weights, as the run built them"
 WEIGHTS: dict[str, dict[str, Support]] = {
     "bf16": {"vllm": _s("--dtype bfloat16"), "llama.cpp": _s("a BF16 GGUF"), "transformers": _s("bf16")},
-    "int8": {"vllm": _a("an INT8 checkpoint: compressed-tensors W8A16, GPTQ 8-bit"), "llama.cpp": _a("a Q8_0 GGUF"),
+    "int8": {"vllm": _a("compressed-tensors W8A16 or GPTQ 8-bit"), "llama.cpp": _a("a Q8_0 GGUF"),
              "transformers": _s(_QUANTO.format("qint8"))},
-    "int4": {"vllm": _a("an AWQ / GPTQ / compressed-tensors W4A16 checkpoint (groups 32, 64, 128)"),
+    "int4": {"vllm": _a("AWQ / GPTQ / compressed-tensors W4A16, groups 32/64/128"),
              "llama.cpp": _a("a Q4_0 / Q4_1 / Q4_K GGUF"), "transformers": _s(_QUANTO.format("qint4"))},
-    "int2": {"vllm": _a("a compressed-tensors W2A16 checkpoint"), "llama.cpp": _a("a Q2_K GGUF"),
+    "int2": {"vllm": _a("compressed-tensors W2A16"), "llama.cpp": _a("a Q2_K GGUF"),
              "transformers": _s(_QUANTO.format("qint2"))},
     "fp8": {"vllm": _s("--quantization fp8, on a GPU only", gpu_only=True), "llama.cpp": _no("no FP8 weights"),
             "transformers": _s(_QUANTO.format("qfloat8"))},
-    "w8a8": {"vllm": _a("a compressed-tensors W8A8-INT8 checkpoint"), "llama.cpp": _no("no static int8 activations"),
+    "w8a8": {"vllm": _a("compressed-tensors W8A8-INT8"), "llama.cpp": _no("no static int8 activations"),
              "transformers": _s("optimum-quanto int8 weights and activations")},
-    "w4a8": {"vllm": _a("a compressed-tensors W4A8-INT checkpoint"), "llama.cpp": _no("no static int8 activations"),
+    "w4a8": {"vllm": _a("compressed-tensors W4A8-INT"), "llama.cpp": _no("no static int8 activations"),
              "transformers": _s("optimum-quanto int4 weights, int8 activations")},
-    "fp8a8": {"vllm": _a("a compressed-tensors W8A8-FP8 checkpoint"), "llama.cpp": _no("no FP8 weights"),
+    "fp8a8": {"vllm": _a("compressed-tensors W8A8-FP8"), "llama.cpp": _no("no FP8 weights"),
               "transformers": _s("optimum-quanto float8 weights and activations")},
     "ckpt": {"vllm": _s("the model folder itself (compressed-tensors, GPTQ, AWQ, FP8)"),
              "llama.cpp": _no("it serves GGUF files: convert the folder and gate the GGUF"),
@@ -80,10 +80,10 @@ WEIGHTS: dict[str, dict[str, Support]] = {
 KV: dict[str, dict[str, Support]] = {
     "bf16": {"vllm": _s("--kv-cache-dtype auto"), "llama.cpp": _s("--cache-type-k/-v f16"),
              "transformers": _s("DynamicCache")},
-    "evalsuite": {"vllm": _no("its own are fp8 per tensor (vkvf8) and int8/int4/fp8 per token-head, no bf16 "
-                              "residual; gate one with --engine vllm"),
-                  "llama.cpp": _no("its own q8_0/q4_0/q4_1 quantize blocks of 32 per token, no bf16 residual; "
-                                   "gate it over openai:"),
+    "evalsuite": {"vllm": _no("vLLM's own are vkvf8 and int4/int8/fp8_per_token_head, without evalsuite's "
+                              "groups and bf16 residual; gate one with --engine vllm"),
+                  "llama.cpp": _no("llama.cpp's own are q8_0/q4_0/q4_1 blocks of 32, without a bf16 "
+                                   "residual; gate it over openai:"),
                   "transformers": _s("evalsuite.kvcache's Cache passed to generate()")},
     "hf": {"vllm": _no("no transformers QuantizedCache"), "llama.cpp": _no("no transformers QuantizedCache"),
            "transformers": _s("QuantizedCache (quanto backend)")},

@@ -516,7 +516,7 @@ def test_a_task_with_no_pairs_shows_no_delta_and_n_0(report):
     assert "no paired samples" in cell and "-1.000" not in cell
     assert task_decision(report, "w4g128+kv4g32", "gsm")["stat"]["n"] == 30  # the paired run is unchanged
     assert "| w4g128+kv4g32 | gsm | all | 0 | — | — | no paired samples |" in render_markdown(cut)
-    row = _between(render_html(cut), '<td class="l first">w4g128+kv4g32</td><td class="l">gsm</td>', "</tr>")
+    row = _between(render_html(cut), '<td class="l first">w4g128+<wbr>kv4g32</td><td class="l">gsm</td>', "</tr>")
     assert "<td>0</td><td>—</td><td>—</td><td class=\"\">no paired samples</td>" in row
 
 

@@ -75,7 +75,7 @@ def test_choice_flips_at_the_kv_vs_weight_crossover(ctx, n):
     """Decode speed: w4g128 reads W4 + n·KV16(ctx) per step, kv4g32 W16 + n·KV4(ctx); the KV-only variant is
     faster once n·(KV16 − KV4) exceeds the weight bytes w4g128 saves."""
     step_w4, step_kv4, step_base = W4 + n * kv16(ctx), W16 + n * kv4(ctx), W16 + n * kv16(ctx)
-    crossover_n = (W16 - W4) / (kv16(ctx) - kv4(ctx))  # 7.45 requests at 32k, 15.6 at 16k
+    crossover_n = (W16 - W4) / (kv16(ctx) - kv4(ctx))  # 7.45 requests at 32k, 14.95 at 16k
     expected = "kv4g32r128" if n > crossover_n else "w4g128"
     d = decide_tenant(tenant(ctx, n), passing("w4g128", "kv4g32r128"), facts("w4g128", "kv4g32r128"))
     assert d.variant == expected
@@ -127,7 +127,7 @@ def test_inconclusive_choice_says_so_with_its_worst_delta():
     strict = decide_tenant(tenant(1024, 4), gate, facts("w4g128"))
     assert strict.status == "undecided" and strict.variant == "bf16" and exit_code([strict]) == 1
     (r,) = strict.rejected
-    assert r.stage == "quality" and r.why.startswith("INCONCLUSIVE (on_inconclusive: fail); nearest: code")
+    assert r.stage == "quality" and r.why.startswith("INCONCLUSIVE under on_inconclusive: fail; nearest: code")
 
 
 def test_nothing_serves_a_tenant_says_why():
@@ -150,3 +150,24 @@ def test_decode_target_rules_out_slow_variants():
     (r,) = d.rejected
     assert d.variant == "w4g128" and r.variant == "kv4g32r128" and r.stage == "speed"
     assert r.why.startswith("decode 1.0") and "below the target 2×" in r.why
+
+
+def test_the_docs_7b_example_is_what_the_code_prints():
+    """docs/tenants.md's three tenants on this shape, every variant PASSing: its printed output is this code's."""
+    import re
+
+    import yaml
+
+    from evalsuite.cli.common import table
+    from evalsuite.report.tenants import tenants_text
+    from evalsuite.tenants.spec import parse_tenants
+
+    text = (Path(__file__).parents[2] / "docs" / "tenants.md").read_text(encoding="utf-8")
+    example = text[text.index("## An example on a 7B shape"):]
+    doc = re.findall(r"```yaml\n(.*?)```", example, re.S)[0]
+    shown = re.findall(r"```\n(tenants \(model.*?)```", example, re.S)[0]
+    f = facts("w4g128", "kv4g32r128", "vkvf8")
+    decisions = [decide_tenant(t, passing(*f.variants), f) for t in parse_tenants(yaml.safe_load(doc))]
+    section = {"exit_code": exit_code(decisions), "decisions": [d.to_dict() for d in decisions],
+               "model": "qwen2, 7.62B params, 28 layers, 4 KV heads × 128; weights from the planner's formula"}
+    assert "\n".join(tenants_text(section, table)) + "\n" == shown

@@ -32,7 +32,7 @@ h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { margin-top: 1.8em; border-bo
 table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.88em; background: white; }
 th, td { border: 1px solid #d0d4da; padding: 0.25em 0.6em; text-align: right; vertical-align: top; }
 th { background: #eef1f5; } td { white-space: nowrap; } td.l, th.l { text-align: left; }
-td.l { white-space: normal; overflow-wrap: anywhere; }  /* names and slices wrap: tables fit a 1300-px window */
+td.l { white-space: normal; }  /* names and slices wrap (after , + ;): tables fit a 1300-px window */
 td.reason { white-space: normal; min-width: 14em; }
 tr.slice td { color: #555; font-size: 0.95em; } tr.slice td.first { padding-left: 1.6em; }
 .v { font-weight: 600; text-align: center; border-radius: 3px; }
