@@ -177,7 +177,7 @@ def run(model: str, dtype: str, device: str | None, variants: str, tasks: str, l
                     progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None,
                     decide=store_decider(policy, [t.policy for t in tenants]),
                     grow_baseline=store_baseline is not None, started=process_started())
-    record_serving(store, config.model, tenants, tenants_path)
+    record_serving(store, tenants, tenants_path)
     click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
     header, rows = score_table(store)
     click.echo(table(rows, header))
@@ -200,13 +200,14 @@ def tenant_draws(tasks: list[str], params: dict[str, dict], tenants: list[Any]) 
     return tasks, params
 
 
-def record_serving(store: Any, model: str, tenants: list[Any], path: Path | None) -> None:
+def record_serving(store: Any, tenants: list[Any], path: Path | None) -> None:
     """Keep the model's config.json (the planner's shape) and the tenants (policies inlined) in the run's state, so
     that ``evalsuite tenants RUN`` and the report need neither again."""
     from evalsuite.cli.tenants_cmd import model_config
     from evalsuite.tenants.spec import stored
 
-    config = model_config(store.state(), None) if not store.state().model_config else {}
+    state = store.state()
+    config = model_config(state, None) if not state.model_config else {}
     extra = {"tenants": stored(tenants, str(path))} if tenants else {}
     store.update_state(**({"model_config": config} if config else {}), **extra)
 

@@ -121,3 +121,13 @@ def test_only_a_vllm_tenant_is_kept_from_evalsuites_kv(tmp_path, runtime, chosen
     res = CliRunner().invoke(tenants_cmd, [str(run), "--tenants", write(tmp_path, t={**CHAT, "runtime": runtime}),
                                            "--json"], standalone_mode=False)
     assert json.loads(res.output)["decisions"][0]["variant"] == chosen
+
+
+def test_run_refuses_a_bad_tenants_file_before_the_model_or_server(tmp_path):
+    from tests.cli.test_exit_codes import _cli
+
+    bad = write(tmp_path, chat={**CHAT, "preference": ["w4g64"]})
+    res = _cli("run", "--model", "openai:http://127.0.0.1:9/v1#x", "--tenants", bad, "--tasks", "json",
+               "--out", str(tmp_path / "runs"), cwd=tmp_path)
+    assert res.returncode == 2 and "the cost:/preference: form" in res.stderr and "unreachable" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
