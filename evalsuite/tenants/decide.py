@@ -93,7 +93,7 @@ class Candidate:
 def _size(name: str, form: Form, tenant: Tenant, facts: RunFacts) -> Footprint | None:
     """The variant's footprint under the tenant's workload, or None where its bytes are unknown."""
     info = facts.infos.get(name) if facts.measured else None
-    weights = info.weight_bytes if info is not None else None
+    weights = info.weight_bytes if info is not None and info.weight_bytes else None  # 0 / None: not measured
     if weights is None and form.weight_spec is None and form.weights != "bf16":
         return None
     per_token = None

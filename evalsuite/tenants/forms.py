@@ -126,6 +126,8 @@ def form_of(name: str, spec: Mapping[str, Any] | None) -> Form:
         return form_of_spec(str(spec.get("spec") or name), engine="vllm")
     if "endpoint" in spec:
         return UNKNOWN
+    if "weights" not in spec and not spec.get("artifact"):  # a compared log's (format, log, model): no spec
+        return form_of_spec(name)
     if spec.get("artifact"):
         kv = KVConfig(**spec["kv"]) if spec.get("kv") else None
         fmt, cfg, _ = _kv(kv)

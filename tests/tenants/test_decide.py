@@ -171,3 +171,18 @@ def test_the_docs_7b_example_is_what_the_code_prints():
     section = {"exit_code": exit_code(decisions), "decisions": [d.to_dict() for d in decisions],
                "model": "qwen2, 7.62B params, 28 layers, 4 KV heads × 128; weights from the planner's formula"}
     assert "\n".join(tenants_text(section, table)) + "\n" == shown
+
+
+def test_a_served_variants_zero_bytes_are_not_measured_and_its_speed_is():
+    """A vLLM-served variant stores weight_bytes 0 (vLLM reports none) and its measured ITL: the fit takes the
+    formula's bytes, and a vLLM tenant's decode speed-up is the measured ITL ratio."""
+    from evalsuite.core.records import VariantInfo
+
+    served = {v: form_of_spec(v, engine="vllm") for v in ("bf16", "vkvf8")}
+    infos = {"bf16": VariantInfo("bf16", {}, 0, 0, itl_s=0.030), "vkvf8": VariantInfo("vkvf8", {}, 0, 0, itl_s=0.024)}
+    f = RunFacts("bf16", ["vkvf8"], served, SHAPE, infos, measured=True)
+    d = decide_tenant(tenant(32768, 8, "requests_per_gpu", runtime="vllm"), passing("vkvf8"), f)
+    assert d.requests_per_gpu == math.floor((USABLE - W16) / (32768 * K16 / 2))
+    assert (d.decode_speedup, d.speed_source) == (pytest.approx(0.030 / 0.024), "measured on vLLM")
+    t = decide_tenant(tenant(32768, 8, "requests_per_gpu", runtime="any"), passing("vkvf8"), f)
+    assert t.speed_source == "predicted"  # measured on vLLM, but this tenant is not served by it

@@ -87,6 +87,8 @@ def test_stored_variant_infos_read_as_their_specs():
     assert form_of("vkvf8", {"engine": "vllm", "spec": "vkvf8", "flags": []}).engine == "vllm"
     assert form_of("x", {"name": "x", "endpoint": "http://h/v1"}).weights == "unknown"
     assert form_of("kv", None).weights == "unknown"  # a compared run's variant: no spec, no bytes
+    assert form_of("kv", {"format": "lm-eval", "log": "/x", "model": "m"}).weights == "unknown"
+    assert form_of("w4g64", {"format": "lm-eval", "log": "/x", "model": "m"}).weights == "int4"  # its name is one
 
 
 def test_docs_show_this_table():
