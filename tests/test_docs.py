@@ -17,7 +17,7 @@ from tests.docs_checks import (default_problems, github_slug, make_problems, opt
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-MAX_README = 12_000
+MAX_README = 16_000  # 12,000 + the per-tenant example and its real output (issue 64)
 _FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 _INLINE = re.compile(r"`(evalsuite [^`]+)`")
 _HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")

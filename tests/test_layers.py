@@ -17,7 +17,7 @@ LAYERS = {
     "core": 1, "sandbox": 1, "kvcache": 1, "models": 1,
     "tasks": 2, "variants": 2, "stats": 2,
     "gate": 3, "plan": 3, "run": 3,  # same layer: neither imports the other (rounds asks an injected decision)
-    "report": 4,
+    "report": 4, "tenants": 4,  # tenants joins gate and plan; the report renders its dict, neither imports the other
     "engine": 5,
     "served": 6, "scale": 6, "lmeval": 6, "sensitivity": 6, "compare": 6,  # compare: logs in, a run store out
     "cli": 7,

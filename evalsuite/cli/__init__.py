@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gate": ("evalsuite.cli.gate_cmd:gate", "Re-gate a stored run against a policy (no model needed)."),
     "compare": ("evalsuite.cli.compare_cmd:compare", "Gate lm-eval / inspect_ai / evalsuite sample logs (no model)."),
     "baseline": ("evalsuite.cli.baseline_cmd:baseline", "Store a pinned baseline for a model and tasks."),
-    "tenants": ("evalsuite.cli.tenants_cmd:tenants", "Pick the cheapest passing variant per tenant."),
+    "tenants": ("evalsuite.cli.tenants_cmd:tenants", "Per tenant (a workload + a policy): the variant that serves it."),
     "report": ("evalsuite.cli.report_cmd:report", "Rebuild a run's HTML/Markdown/JSON/JUnit report."),
     "ablate": ("evalsuite.cli.ablate_cmd:ablate", "Sweep group sizes/bits: quality vs bytes curves."),
     "sensitivity": ("evalsuite.cli.sensitivity_cmd:sensitivity", "Per-layer sensitivity; --fix proposes a keep-set."),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from evalsuite.cli.common import reports_root, table
 from evalsuite.gate.store_gate import GatedRun, gate_store
@@ -33,9 +33,11 @@ def verdict_rows(gated: GatedRun) -> tuple[list[str], list[list[str]]]:
 
 
 def gate_and_report(store: Store, policy: Path | None, echo: Callable[[str], None] = print,
-                    report: bool = True, max_reasons: int = 12) -> int:
-    """Gate the stored run, print verdicts and the worst reasons, write the report; return the exit code."""
-    gated = gate_store(store, policy)
+                    report: bool = True, max_reasons: int = 12, tenants: list[Any] | None = None) -> int:
+    """Gate the stored run, print verdicts and the worst reasons, write the report; return the exit code. With
+    ``tenants`` (else those the run stored), the decision per tenant follows the verdicts and joins the report."""
+    tenants = tenants if tenants is not None else stored_tenants(store)
+    gated = gate_store(store, policy, also=[t.policy for t in tenants])
     header, rows = verdict_rows(gated)
     echo("\n" + table(rows, header))
     bad = [c for c in gated.gate.checks if c.verdict != "PASS"]
@@ -61,7 +63,10 @@ def gate_and_report(store: Store, policy: Path | None, echo: Callable[[str], Non
     from evalsuite.report.deciding import fail_text, pass_text
     from evalsuite.report.digest import variant_cards
 
-    model = report_model(store, gated).to_dict()
+    from evalsuite.cli.tenants_cmd import report_section
+
+    section = report_section(store, tenants, gated, echo)
+    model = report_model(store, gated, tenants=section).to_dict()
     if report:
         path = write_report(store, gated, reports_root(), model)
         echo(f"report: {path / 'index.html'}")
@@ -89,3 +94,13 @@ def decision_lines(gated: GatedRun, to_pass: dict[str, str] | None = None,
     lines.append(f"may ship: {', '.join(ship) or 'none'}; may not ship: {', '.join(hold) or 'none'}")
     lines.append(f"overall: {gated.gate.overall} (exit {gated.gate.exit_code})")
     return lines
+
+
+def stored_tenants(store: Store) -> list[Any]:
+    """The tenants a run was run with (``evalsuite run --tenants``), else none."""
+    state = store.state()
+    if not state.tenants:
+        return []
+    from evalsuite.tenants.spec import from_stored
+
+    return from_stored(state.tenants)

@@ -17,7 +17,9 @@ def report(run: str, policy: Path | None, out: Path | None) -> int:
     """Rebuild index.html, summary.md, results.json and junit.xml of RUN under <reports folder>/<run>/."""
     from evalsuite.gate.policy import load_policy
     from evalsuite.gate.store_gate import gate_store
-    from evalsuite.report.build import write_report
+    from evalsuite.cli.finish import stored_tenants
+    from evalsuite.cli.tenants_cmd import report_section
+    from evalsuite.report.build import report_model, write_report
     from evalsuite.core.store import Store, require_finished, resolve_run_dir
 
     load_policy(policy)
@@ -25,6 +27,9 @@ def report(run: str, policy: Path | None, out: Path | None) -> int:
     set_run_dir(run_dir)
     store = Store.open(run_dir)
     require_finished(store)
-    path = write_report(store, gate_store(store, policy), out or reports_root())
+    tenants = stored_tenants(store)
+    gated = gate_store(store, policy, also=[t.policy for t in tenants])
+    section = report_section(store, tenants, gated)
+    path = write_report(store, gated, out or reports_root(), report_model(store, gated, tenants=section).to_dict())
     click.echo(f"report: {path / 'index.html'}")
     return 0

@@ -70,6 +70,10 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
               help="Grow the evidence across invocations: continue the run of this exact configuration and code "
                    "(<runs folder>/acc-<key>) under the new budget, or start it (docs/gate.md).")
 @click.option("--policy", type=click.Path(path_type=Path), help="Gate policy YAML (default: the shipped policy).")
+@click.option("--tenants", "tenants_path", type=click.Path(path_type=Path),
+              help="tenants.yaml (docs/tenants.md): the run also draws each tenant's slices (the tasks its policy "
+                   "names, the needle at its contexts), spends the budget on their open checks too, and ends with "
+                   "the decision per tenant (its exit code: `evalsuite tenants RUN`).")
 @click.option("--no-gate", is_flag=True, help="Only run and store; do not gate.")
 @click.option("--kld/--no-kld", default=True, show_default=True, help="Teacher-forced KL divergence vs baseline.")
 @click.option("--noise-floor", is_flag=True, help="Also rerun the baseline at another batch size (noise floor).")
@@ -114,7 +118,7 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
         limit: int | None,
         max_samples: int | None, round_size: int, budget: str | None, seed: int, params: tuple[str, ...],
         batch_size: int, out: Path | None, run_id: str | None, resume: str | None, accumulate: bool,
-        policy: Path | None,
+        policy: Path | None, tenants_path: Path | None,
         no_gate: bool, kld: bool, noise_floor: bool, baseline_dir: Path | None, store_baseline: Path | None,
         lm_eval_tasks: tuple[str, ...],
         lm_eval_include: Path | None, weight_kernels: str, reuse_prompt_kv: bool, recompute_identical: bool,
@@ -131,11 +135,13 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
     from evalsuite.gate.decide import store_decider
     from evalsuite.gate.policy import load_policy
     from evalsuite.run.pipeline import execute, new_run_id, process_started
+    from evalsuite.tenants.spec import load_tenants
     from evalsuite.core.store import resolve_run_dir, score_table
     from evalsuite.variants.spec import split_specs
 
     root = out or runs_root()
     load_policy(policy)  # a bad policy is refused before anything loads or runs
+    tenants = load_tenants(tenants_path) if tenants_path is not None else []  # so is a bad tenants file
     if accumulate and (resume or run_id):
         raise EvalsuiteError("--accumulate names and continues its own run folder: drop --resume / --run-id")
     if not 0.0 <= verify_audit <= 1.0:
@@ -149,6 +155,8 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
         if store_baseline is not None and baseline_dir is not None:
             raise EvalsuiteError("--baseline (strict reuse) and --store-baseline (reuse and grow) exclude each other")
         task_list, task_params = task_options(tasks, params, lm_eval_tasks, lm_eval_include)
+        if tenants:
+            task_list, task_params = tenant_draws(task_list, task_params, tenants)
         config = RunConfig(model=model, dtype=dtype, device=device or "auto", variants=split_specs(variants),
                            tasks=task_list, task_params=task_params, task_config=task_config, seed=seed, limit=limit,
                            batch_size=batch_size,
@@ -170,8 +178,9 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
         make_backend(config, run_dir, ray_address)
     store = execute(config, run_dir, resume=bool(resume), backend=backend,
                     progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None,
-                    decide=store_decider(policy), grow_baseline=store_baseline is not None,
-                    started=process_started())
+                    decide=store_decider(policy, [t.policy for t in tenants]),
+                    grow_baseline=store_baseline is not None, started=process_started())
+    record_serving(store, tenants, tenants_path)
     click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
     header, rows = score_table(store)
     click.echo(table(rows, header))
@@ -179,7 +188,31 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
         return 0
     from evalsuite.cli.finish import gate_and_report
 
-    return gate_and_report(store, policy, echo=click.echo)
+    return gate_and_report(store, policy, echo=click.echo, tenants=tenants or None)
+
+
+def tenant_draws(tasks: list[str], params: dict[str, dict], tenants: list[Any]) -> tuple[list[str], dict]:
+    """``--tenants``: the run's tasks and parameters with the tenants' slices added (``tenants.run.with_tenants``),
+    each addition said."""
+    from evalsuite.tasks.needle import NeedleTask
+    from evalsuite.tenants.run import with_tenants
+
+    tasks, params, said = with_tenants(tasks, params, tenants, NeedleTask.default_params["context_lens"])
+    for line in said:
+        click.echo(line)
+    return tasks, params
+
+
+def record_serving(store: Any, tenants: list[Any], path: Path | None) -> None:
+    """Keep the model's config.json (the planner's shape) and the tenants (policies inlined) in the run's state, so
+    that ``evalsuite tenants RUN`` and the report need neither again."""
+    from evalsuite.cli.tenants_cmd import model_config
+    from evalsuite.tenants.spec import stored
+
+    state = store.state()
+    config = model_config(state, None) if not state.model_config else {}
+    extra = {"tenants": stored(tenants, str(path))} if tenants else {}
+    store.update_state(**({"model_config": config} if config else {}), **extra)
 
 
 def resumed(run_dir: Path, device: str | None, budget: str | None, max_samples: int | None,

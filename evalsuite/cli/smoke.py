@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from evalsuite.cli.common import check_device, model_options, quiet_libraries, table
-from evalsuite.report.model import fmt_bytes
+from evalsuite.plan.capacity import fmt_bytes
 
 SMOKE_PROMPT = "What is the capital of France? Answer in one short sentence."
 

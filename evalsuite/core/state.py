@@ -64,6 +64,11 @@ class RunState:
     #: lines the report shows as they are (a run built by ``evalsuite compare``: where its samples came from and
     #: how they were paired)
     notes: list[str] = field(default_factory=list)
+    # the serving side (cli.run_cmd)
+    #: ``evalsuite run --tenants``: the tenants with their policies inlined (``tenants.spec.stored``)
+    tenants: dict[str, Any] = field(default_factory=dict)
+    #: the run's model's config.json (the planner's shape for ``evalsuite tenants``); empty when not recorded
+    model_config: dict[str, Any] = field(default_factory=dict)
     #: keys this version does not know (a newer writer's, or a caller's own), kept as stored
     extra: dict[str, Any] = field(default_factory=dict)
 

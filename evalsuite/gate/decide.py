@@ -1,25 +1,55 @@
 """The gate as a sequential run's decision function (``evalsuite.core.decision``): after each task and round the
-stored run is gated as ``evalsuite gate`` gates it, and every open check says how many more pairs it needs."""
+stored run is gated as ``evalsuite gate`` gates it, and every open check says how many more pairs it needs. With
+tenants (``evalsuite run --tenants``), the run is also gated under each tenant's policy and the decisions are joined
+(``joint``): a check any of them leaves open is open, so the budget goes to the tenants' open checks too."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Callable
 
 from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
+from evalsuite.gate.policy import Policy
 from evalsuite.gate.pooled import POOLED
 from evalsuite.gate.store_gate import gate_store
 from evalsuite.gate.types import CheckResult, GateResult, heads_to_fail, task_samples
 from evalsuite.gate.verdict import undecided
 
 
-def store_decider(policy: Path | None = None) -> Decide:
-    """A ``Decide`` that gates the stored run with ``policy`` (default: the shipped one)."""
+def store_decider(policy: Path | None = None, tenants: Sequence[Policy] = ()) -> Decide:
+    """A ``Decide`` that gates the stored run with ``policy`` (default: the shipped one) and, joined to it, under
+    each of the ``tenants``' policies."""
 
     def decide(store: Store) -> Decision:
-        return decision(gate_store(store, policy).gate)
+        gated = gate_store(store, policy, also=tenants)
+        return joint([decision(gated.gate)] + [decision(gated.under(p)) for p in tenants])
 
     return decide
+
+
+def _union(maps: Sequence[Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:
+    """variant -> task -> pairs, over every map: the least positive estimate (0 where none has one)."""
+    out: dict[str, dict[str, int]] = {}
+    for m in maps:
+        for v, tasks in m.items():
+            for t, n in tasks.items():
+                have = out.setdefault(v, {}).get(t)
+                out[v][t] = n if have is None else (min(have, n) if have and n else have or n)
+    return out
+
+
+def joint(decisions: Sequence[Decision]) -> Decision:
+    """One decision from several policies' (the run's first): a (variant, task) any leaves open is open; a variant
+    is FAIL only when it FAILs under every policy, INCONCLUSIVE while any leaves it open, else as the first says."""
+    if len(decisions) == 1:
+        return decisions[0]
+    open_ = _union([d.open for d in decisions])
+    verdicts = {}
+    for v, first in decisions[0].verdicts.items():
+        every = [d.verdicts.get(v, first) for d in decisions]
+        verdicts[v] = "FAIL" if all(x == "FAIL" for x in every) else "INCONCLUSIVE" if v in open_ else first
+    return Decision(verdicts, open_, _union([d.failing for d in decisions]), _union([d.pooled for d in decisions]))
 
 
 def decision(gate: GateResult) -> Decision:

@@ -228,13 +228,15 @@ def undecided(gate: GateResult) -> dict[str, set[str]]:
 def gate_run(baseline: Sequence[SampleResult], variants: Mapping[str, Sequence[SampleResult]],
              kld: Mapping[str, Sequence[KLDResult]], policy: Policy, binary_tasks: Set[str] | None = None,
              *, slice_keys: Sequence[str] | None = None, n_boot: int = 2000, seed: int = 0,
-             expected_tasks: Sequence[str] = ()) -> tuple[list[PairedStats], GateResult]:
-    """The stats table (all, key=value and the policy's selector slices, per variant) and its gate result.
+             expected_tasks: Sequence[str] = (), also: Sequence[Policy] = ()) -> tuple[list[PairedStats], GateResult]:
+    """The stats table (all, key=value and the selector slices of the policy and of ``also``'s, per variant) and
+    its gate result.
 
     ``binary_tasks``: names of binary tasks, or None to infer from the scores.
     """
+    filters = list({(f.task, f.name): f for p in (*also, policy) for f in p.filters()}.values())
     stats: list[PairedStats] = []
     for name, records in variants.items():
         stats += compare(baseline, records, kld.get(name, ()), slice_keys, binary_tasks,
-                         filters=policy.filters(), variant_name=name, n_boot=n_boot, seed=seed)
+                         filters=filters, variant_name=name, n_boot=n_boot, seed=seed)
     return stats, evaluate_gate(stats, policy, list(variants), expected_tasks)

@@ -37,6 +37,16 @@ def parse_size(text: str) -> int:
     return int(float(m["num"]) * _UNITS[unit])
 
 
+def fmt_bytes(n: float | None) -> str:
+    """Bytes as GiB / MiB / KiB / B (``parse_size`` reads the binary units back)."""
+    if n is None:
+        return "—"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
 def parse_reserve(text: str, gpu_mem: int) -> int:
     """``10%`` of the GPU memory, or an absolute size (``4GiB``); must leave something."""
     s = str(text).strip()
@@ -108,6 +118,16 @@ def kv_name(kv: KVConfig | None) -> str:
     return "bf16" if kv is None else kv.name
 
 
+def requests_in(pool: float, per_request: float) -> int:
+    """Concurrent sequences of ``per_request`` KV bytes a pool holds (0 for a pool the weights overran)."""
+    return max(0, math.floor(pool / per_request)) if per_request else 0
+
+
+def step_bytes(weight_bytes: float, batch: int, per_request: float) -> float:
+    """Bytes a bandwidth-bound decode step reads: every weight once and every retained K/V of the batch."""
+    return weight_bytes + batch * per_request
+
+
 def _combo(shape: ModelShape, w: WeightSpec, kv: KVConfig | None, budget: int, context: int, batch: int,
            base: tuple[int, float, float]) -> Combo:
     wb = weight_breakdown(shape, w).total
@@ -117,11 +137,11 @@ def _combo(shape: ModelShape, w: WeightSpec, kv: KVConfig | None, budget: int, c
     w_base, bpt_base, step_base = base
     w_saved, kv_saved = w_base - wb, bpt_base - bpt
     crossover = (max(w_saved, 0) / kv_saved) if kv_saved > 0 else None
-    step = wb + batch * per_req
+    step = step_bytes(wb, batch, per_req)
     return Combo(
         weights=w.name, kv=kv_name(kv), weight_bytes=wb, kv_bytes_per_token=bpt, kv_bytes_per_request=per_req,
         kv_pool_bytes=pool, max_tokens=max(0, math.floor(pool / bpt)),
-        max_requests=max(0, math.floor(pool / per_req)) if per_req else 0,
+        max_requests=requests_in(pool, per_req),
         kv_equals_weights_tokens=wb / bpt, kv_equals_weights_context=wb / (bpt * batch),
         crossover_tokens=crossover, step_bytes=step, decode_speedup=step_base / step, **compute_side(shape, w, batch))
 
@@ -143,7 +163,8 @@ def make_plan(shape: ModelShape, weights: list[WeightSpec], kvs: list[KVConfig |
     if not weights or not kvs:
         raise EvalsuiteError("give at least one weight precision and one KV precision")
     w_base = weight_breakdown(shape, WeightSpec()).total
-    base = (w_base, kv_bytes_per_token(shape, None), w_base + batch * kv_bytes_for_context(shape, None, context))
+    base_step = step_bytes(w_base, batch, kv_bytes_for_context(shape, None, context))
+    base = (w_base, kv_bytes_per_token(shape, None), base_step)
     plan = Plan(shape=shape, gpu_mem=gpu_mem, reserve=reserve, context=context, batch=batch)
     plan.weights = [{"name": w.name, **weight_breakdown(shape, w).to_dict()} for w in weights]
     plan.kv = [{"name": kv_name(kv), "bytes_per_token": kv_bytes_per_token(shape, kv),

@@ -32,8 +32,9 @@ def _flips(base: list[SampleResult], variant: list[SampleResult]) -> list[Flip]:
     return out
 
 
-def report_model(store: Store, gated: GatedRun) -> ReportModel:
-    """Gather the typed report model (see evalsuite.report.model for the schema)."""
+def report_model(store: Store, gated: GatedRun, tenants: dict[str, Any] | None = None) -> ReportModel:
+    """Gather the typed report model (see evalsuite.report.model for the schema); ``tenants``: the run's tenants
+    section (``tenants.run.decide_store``), rendered as it is."""
     state = store.state()
     infos = store.variant_infos()
     names = [gated.baseline] + gated.variants
@@ -56,7 +57,7 @@ def report_model(store: Store, gated: GatedRun) -> ReportModel:
         verification=verification(store, gated.variants, state, rows),
         seconds_per_pair=dict(state.seconds_per_pair) or None, baseline_cost=baseline_cost(state),
         stopped={v: dict(t) for v, t in state.stopped.items() if t} or None, notes=list(state.notes) or None,
-        machine=dict(state.machine) or None)
+        machine=dict(state.machine) or None, tenants=tenants)
 
 
 def baseline_cost(state: RunState) -> dict[str, dict[str, float]] | None:

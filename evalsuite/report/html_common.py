@@ -1,6 +1,7 @@
 """Small HTML building blocks shared by the report's sections; every piece of text goes through ``escape``."""
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import Any
 
@@ -13,6 +14,12 @@ VERDICTS = ("PASS", "FAIL", "INCONCLUSIVE")
 def e(x: Any) -> str:
     """HTML-escaped text (quotes included)."""
     return escape(str(x), quote=True)
+
+
+def wbr(x: Any) -> str:
+    """Escaped text that may wrap after ``,`` ``+`` ``;`` (variant names, selector slices): a narrow window wraps
+    the name instead of scrolling the table."""
+    return re.sub(r"([,+;])", r"\1<wbr>", e(x))
 
 
 def vclass(v: str | None) -> str:

@@ -127,7 +127,8 @@ def _grid_cell(r: Row, variant: str, task: str) -> str:
     if d is None:
         return '<td class="cell v-none">—</td>'
     s = d["stat"]
-    delta = (f'<div class="d {delta_class(s)}">{e(fmt_delta(s["delta"], s["ci_low"], s["ci_high"]))}</div>'
+    point, _, ci = fmt_delta(s["delta"], s["ci_low"], s["ci_high"]).partition(" ") if s else ("", "", "")
+    delta = (f'<div class="d {delta_class(s)}"><span>{e(point)}</span> <span>{e(ci)}</span></div>'
              if s else '<div class="d">no paired samples</div>')
     if task == POOLED:
         delta = f'<div class="d">{e(pooled_text(d))}</div>'

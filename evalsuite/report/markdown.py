@@ -8,6 +8,7 @@ from evalsuite.report.deciding import fail_text, pass_text, stopped_text, to_dec
 from evalsuite.report.digest import (POOLED, guarantee_text, kld_text, machine_line, metric_names, metric_rows,
                                      pooled_text, split_rows, task_decision, task_names, variant_cards,
                                      verification_lines)
+from evalsuite.report.tenants import tenants_markdown
 from evalsuite.report.model import (cell_verdict, check_report, fmt_bytes, fmt_delta, fmt_ms, fmt_num,
                                     ordered_reasons, sorted_stats, stat_delta, stat_mean)
 
@@ -128,7 +129,8 @@ def render_markdown(report: dict[str, Any], max_reasons: int = 10) -> str:
     out += [_cell(x), ""] if (x := machine_line(r)) else []
     out += ["## Decision", ""]
     out += [_cell(g), ""] if (g := guarantee_text(r)) else []
-    out += _decision_lines(r) + [""] + _grid(r) + ["", "## Verdicts", ""]
+    out += _decision_lines(r) + [""] + _grid(r) + [""]
+    out += tenants_markdown(r, _cell, _table) + ["## Verdicts", ""]
     shown, hidden = split_rows(r, sorted_stats(r))
     out += _table(["variant", "task", "slice", "n", "baseline", "variant", "Δ [95% CI]", "flips R→W/W→R",
                    "KLD mean", "verdict"], _verdict_rows(r, shown))

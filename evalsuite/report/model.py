@@ -20,7 +20,9 @@ Shape (``schema_version`` 2)::
      "notes": [str] (optional: ``meta.notes``, e.g. how ``evalsuite compare`` paired logged samples),
      "guarantee": {variant: the false-FAIL guarantee in force, one line} (optional: ``GateResult.guarantee``),
      "machine": {"cpu", "flags", "cores", "gflops", "speed_class"} (optional: ``meta.machine``,
-                ``core.machine.machine_info``)}
+                ``core.machine.machine_info``),
+     "tenants": {"exit_code", "model", "decisions": [TenantDecision.to_dict()]} (optional: a run with tenants,
+                ``tenants.run.decide_store``)}
 
 ``score[i][j]`` is the mean score at ``depth[i]`` and ``context_len[j]`` (``None`` where no sample fell).
 Version 2 added ``stats[].metrics``, ``checks[].n``, ``checks[].more_needed`` and ``policy``; a version-1 dict
@@ -35,6 +37,7 @@ from typing import Any, Iterable
 from evalsuite.errors import EvalsuiteError
 from evalsuite.core.records import SampleResult, VariantInfo
 from evalsuite.gate.types import GateResult
+from evalsuite.plan.capacity import fmt_bytes  # where sizes are parsed; re-exported for the renderers
 from evalsuite.stats.types import PairedStats
 
 SCHEMA_VERSION = 2
@@ -90,6 +93,8 @@ class ReportModel:
     notes: list[str] | None = None
     #: the machine the run ran on (``meta.machine``, ``core.machine.machine_info``)
     machine: dict[str, Any] | None = None
+    #: the decision per tenant (``tenants.run.decide_store``), for a run with tenants
+    tenants: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -102,7 +107,8 @@ class ReportModel:
             "needle_grid": self.needle_grid, "flips": [f.to_dict() for f in self.flips], "tasks": dict(self.tasks),
             "policy": self.policy, "kld_method": self.kld_method, "verification": self.verification,
             "seconds_per_pair": self.seconds_per_pair, "baseline_cost": self.baseline_cost, "stopped": self.stopped,
-            "notes": self.notes, "guarantee": dict(self.gate.guarantee) or None, "machine": self.machine}
+            "notes": self.notes, "guarantee": dict(self.gate.guarantee) or None, "machine": self.machine,
+            "tenants": self.tenants}
         if self.noise_floor is not None:
             d["noise_floor"] = [s.to_dict() for s in self.noise_floor]
         return d
@@ -122,7 +128,7 @@ def check_report(report: dict[str, Any]) -> dict[str, Any]:
     for key, empty in (("needle_grid", {}), ("flips", []), ("tasks", {}), ("noise_floor", None), ("policy", None),
                        ("kld_method", None), ("verification", None), ("seconds_per_pair", None),
                        ("baseline_cost", None), ("stopped", None), ("notes", None), ("guarantee", None),
-                       ("machine", None)):
+                       ("machine", None), ("tenants", None)):
         out.setdefault(key, empty)
     out["stats"] = [{"metrics": {}, **s} for s in out["stats"]]
     out["checks"] = [{"n": 0, "more_needed": None, **c} for c in out["checks"]]
@@ -178,16 +184,6 @@ def stat_delta(s: dict[str, Any]) -> str:
 def stat_mean(s: dict[str, Any], key: str) -> str:
     """A stats row's baseline or variant mean; "—" for a row no pair reached."""
     return fmt_num(s[key]) if s.get("n") else "—"
-
-
-def fmt_bytes(n: float | None) -> str:
-    """Bytes as GiB / MiB / KiB / B."""
-    if n is None:
-        return "—"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n:,.0f} B"
 
 
 def fmt_ms(seconds: float | None) -> str:

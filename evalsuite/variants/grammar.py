@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, Literal, Sequence, Union
 from urllib.parse import urlsplit
 
 from evalsuite.errors import EvalsuiteError, SpecError
@@ -65,6 +65,12 @@ class VllmArgs:
 
 
 ParsedSpec = Union[QuantForm, CheckpointRef, EndpointSpec, VllmArgs]
+
+
+def flag_values(flags: Sequence[str], name: str) -> list[str]:
+    """The values of ``name`` in a server's flags, written ``--name VALUE`` or ``--name=VALUE``."""
+    values = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == name]
+    return values + [f.split("=", 1)[1] for f in flags if f.startswith(name + "=")]
 
 
 def _split(text: str) -> tuple[Kind, str]:

@@ -133,11 +133,14 @@ def test_the_compared_run_is_an_evalsuite_run(lm_eval_logs, cli, tmp_path):
     assert cli("report", str(run), "--out", str(tmp_path / "again"))[0] == 0
     assert (tmp_path / "again" / "c" / "junit.xml").is_file() and (tmp_path / "again" / "c" / "index.html").is_file()
     tenants = tmp_path / "tenants.yaml"
-    tenants.write_text("tenants:\n  lenient:\n    preference: [kv]\n    policy: {defaults: {min_samples: 1, "
-                       "max_drop: 1.0, max_flip_rate: 1.0}}\n  by-bytes: {}\n")
-    code_t, out, _ = cli("tenants", str(run), "--tenants", str(tenants), "--json")
-    chosen = {d["tenant"]: d["chosen"] for d in json.loads(out)}
-    assert code_t == 0 and chosen == {"lenient": "kv", "by-bytes": "bf16"}  # logs carry no bytes: no cost ranking
+    tenants.write_text("tenants:\n  lenient:\n    {context: 512, concurrency: 4, gpu_memory: 80GiB, runtime: any, "
+                       "policy: {defaults: {min_samples: 1, max_drop: 1.0, max_flip_rate: 1.0}}}\n")
+    config = Path(__file__).parents[1] / "data" / "configs" / "smollm2-135m.json"
+    code_t, out, _ = cli("tenants", str(run), "--tenants", str(tenants), "--model-config", str(config), "--json")
+    (d,) = json.loads(out)["decisions"]
+    # logs carry no bytes and "kv" is no spec: it cannot be sized, and the baseline that fits serves the tenant
+    assert code_t == 0 and (d["status"], d["variant"]) == ("baseline", "bf16")
+    assert [(r["variant"], r["stage"]) for r in d["rejected"]] == [("kv", "fit")]
     assert cli("compare", str(run), str(run), "--run-id", "round-trip", "--no-report")[0] == code
     again = stats_all(tmp_path / "runs" / "round-trip")
     assert {k: (s.n, s.delta, s.flips_right_to_wrong) for k, s in again.items()} == \

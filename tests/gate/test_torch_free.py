@@ -9,7 +9,8 @@ import sys
 CORE = ["evalsuite.core.records", "evalsuite.core.store", "evalsuite.core.state", "evalsuite.core.decision",
         "evalsuite.gate.decide", "evalsuite.stats.compare", "evalsuite.stats.sequential",
         "evalsuite.stats.pooled", "evalsuite.gate.pooled",
-        "evalsuite.gate.policy", "evalsuite.gate.verdict", "evalsuite.gate.store_gate", "evalsuite.gate.tenants",
+        "evalsuite.gate.policy", "evalsuite.gate.verdict", "evalsuite.gate.store_gate", "evalsuite.tenants.decide",
+        "evalsuite.tenants.run", "evalsuite.tenants.spec", "evalsuite.plan.serve",
         "evalsuite.report.build", "evalsuite.report.ablation", "evalsuite.cli.gate_cmd", "evalsuite.cli.report_cmd",
         "evalsuite.cli.tenants_cmd", "evalsuite.cli.finish"]
 #: modules that say they need no torch (plan/: ``evalsuite plan`` reads a config.json; the grammar parses specs)

@@ -270,3 +270,87 @@ def test_a_card_holds_its_text(tmp_path):
     assert problems == []
     assert json.loads(values[0]) == []
     (tmp_path / "cards.png").write_bytes(shot)
+
+
+def tenants_section() -> dict[str, Any]:
+    """Three tenants decided on Qwen2.5-7B's shape (tests/tenants/test_decide.py's): one gets w4g128 with notes,
+    one the baseline (undecided: w4g128 is INCONCLUSIVE under on_inconclusive: fail), one nothing."""
+    from evalsuite.gate.types import GateResult
+    from evalsuite.tenants.decide import decide_tenant, exit_code
+    from tests.tenants.test_decide import GIB, facts, tenant
+
+    gate = GateResult(variant_verdicts={"w4g128": "INCONCLUSIVE", "kv4g32r128": "PASS", "w2g64": "FAIL"})
+    f = facts("w4g128", "kv4g32r128", "w2g64")
+    decisions = [decide_tenant(tenant(32768, 4, runtime="vllm", policy={"defaults": {"on_inconclusive": "pass"}}),
+                               gate, f),
+                 decide_tenant(tenant(32768, 8, "gpus", runtime="llama.cpp"), gate, f),
+                 decide_tenant(tenant(32768, 1, gpu_mem=16 * GIB, runtime="vllm"), gate, f)]
+    decisions = [type(d)(**{**d.__dict__, "tenant": name}) for d, name in zip(decisions, ("chat", "docs", "tiny"))]
+    return {"exit_code": exit_code(decisions), "model": "qwen2, 7.62B params",
+            "decisions": [d.to_dict() for d in decisions]}
+
+
+def wide_report() -> dict[str, Any]:
+    """The crafted report with the widths a real run has: a long combined variant, five tasks and a pooled column,
+    long selector slices, undecided cells with long notes, and a tenants section."""
+    report = crafted_report()
+    long_name = "w4g64+kv4g32r128[l0-1=8;l29=16]"
+    old = report["variants"][-1]["variant"]
+    rename = (lambda row: {**row, "variant": long_name} if row.get("variant") == old else row)
+    extra_checks, extra_stats = [], []
+    for task in ("reasoning", "code", "safety", "*"):
+        for v in ("w8", "w4g128", long_name):
+            extra_checks.append({"variant": v, "task": task, "slice": "context_len>=2048,kind=harmful",
+                                 "check": "max_drop", "threshold": 0.05, "observed": -0.031, "verdict": "INCONCLUSIVE",
+                                 "reason": "x", "ci": [-0.3, 0.2], "n": 112, "more_needed": 1234, "pools": [],
+                                 "needs_from": [], "alpha": 0.05})
+            if task != "*":
+                base = dict(report["stats"][0])
+                extra_stats.append({**base, "variant": v, "task": task, "slice": "all", "n": 112,
+                                    "n_informative": 40})
+                extra_stats.append({**base, "variant": v, "task": task, "slice": "context_len>=2048,kind=harmful",
+                                    "n": 112})
+    return {**report, "variants": [rename(v) for v in report["variants"]],
+            "checks": [rename(c) for c in report["checks"]] + extra_checks,
+            "stats": [rename(s) for s in report["stats"]] + extra_stats, "tenants": tenants_section()}
+
+
+WIDTH_JS = """JSON.stringify({scroll: document.scrollingElement.scrollWidth, inner: window.innerWidth,
+  rows: Array.from(document.querySelectorAll('#tenants ~ table tr.tenant, tr.tenant')).length,
+  tenants: Array.from(document.querySelectorAll('tr.tenant')).map(r => [r.getAttribute('data-tenant'),
+    r.children[2].textContent, r.getBoundingClientRect().right]),
+  lines: document.querySelectorAll('ul.tenant-lines li').length,
+  over: Array.from(document.querySelectorAll('table')).filter(t => t.getBoundingClientRect().right > 1300)
+    .map(t => t.className || (t.closest('[id]') || {}).id)})"""
+
+
+@pytest.mark.slow
+def test_the_report_fits_1300_px_and_shows_its_tenants(tmp_path, monkeypatch):
+    """At 1300 px wide no table runs past the window (the Δ grid and the quality table's verdict column did), and
+    the tenants section holds a row per tenant and their lines. Screenshot of it: $REPORT_SCREENSHOT_TENANTS."""
+    report = wide_report()
+    page = tmp_path / "index.html"
+    page.write_text(render_html(report), encoding="utf-8")
+    monkeypatch.setattr(Pipe, "call", _width(Pipe.call, 1300))
+    values, problems, _, shot = load_page(page, tmp_path / "profile", [
+        WIDTH_JS, "document.getElementById('tenants').scrollIntoView(), window.scrollY"], height=900)
+    assert problems == []
+    got = json.loads(values[0])
+    assert got["inner"] == 1300 and got["over"] == [] and got["scroll"] <= 1300, got
+    assert [t[:2] for t in got["tenants"]] == [["chat", "w4g128"], ["docs", "bf16 (baseline, undecided)"],
+                                               ["tiny", "nothing serves it"]]
+    lines = sum(len(d["notes"]) + len(d["rejected"]) + bool(d["why_none"]) for d in report["tenants"]["decisions"])
+    assert got["lines"] == lines > 0 and values[1] > 0
+    assert _png_size(shot) == (1300, 900)
+    (tmp_path / "tenants.png").write_bytes(shot)
+    if os.environ.get("REPORT_SCREENSHOT_TENANTS"):
+        Path(os.environ["REPORT_SCREENSHOT_TENANTS"]).write_bytes(shot)
+
+
+def _width(call: Any, width: int) -> Any:
+    """``Pipe.call`` with the emulated viewport ``width`` px wide."""
+    def wrapped(self: Pipe, method: str, session: str | None = None, **params: Any) -> dict[str, Any]:
+        if method == "Emulation.setDeviceMetricsOverride":
+            params["width"] = width
+        return call(self, method, session, **params)
+    return wrapped

@@ -260,7 +260,7 @@ def test_html_grid_n_and_more_needed(page):
     assert cells[("w8", "gsm")] == "v-PASS" and cells[("w4g128", "needle")] == "v-FAIL"
     assert cells[("w4g128+kv4g32", "gsm")] == "v-INCONCLUSIVE" and ("w4g128+kv4g32", "needle") not in cells
     assert "n=30 · FAIL in context_len=4096 (n=10)" in grid
-    assert "n=30 · ≈+60 to decide" in grid and "-0.170 [-0.300, -0.050]" in grid
+    assert "n=30 · ≈+60 to decide" in grid and "<span>-0.170</span> <span>[-0.300, -0.050]</span>" in grid
     assert grid.count('<td class="cell v-none">—</td>') == 1  # no needle run for w4g128+kv4g32
 
 
@@ -516,7 +516,7 @@ def test_a_task_with_no_pairs_shows_no_delta_and_n_0(report):
     assert "no paired samples" in cell and "-1.000" not in cell
     assert task_decision(report, "w4g128+kv4g32", "gsm")["stat"]["n"] == 30  # the paired run is unchanged
     assert "| w4g128+kv4g32 | gsm | all | 0 | — | — | no paired samples |" in render_markdown(cut)
-    row = _between(render_html(cut), '<td class="l first">w4g128+kv4g32</td><td class="l">gsm</td>', "</tr>")
+    row = _between(render_html(cut), '<td class="l first">w4g128+<wbr>kv4g32</td><td class="l">gsm</td>', "</tr>")
     assert "<td>0</td><td>—</td><td>—</td><td class=\"\">no paired samples</td>" in row
 
 

@@ -32,7 +32,8 @@ h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { margin-top: 1.8em; border-bo
 table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.88em; background: white; }
 th, td { border: 1px solid #d0d4da; padding: 0.25em 0.6em; text-align: right; vertical-align: top; }
 th { background: #eef1f5; } td { white-space: nowrap; } td.l, th.l { text-align: left; }
-td.reason { white-space: normal; min-width: 20em; }
+td.l { white-space: normal; }  /* names and slices wrap (after , + ;): tables fit a 1300-px window */
+td.reason { white-space: normal; min-width: 14em; }
 tr.slice td { color: #555; font-size: 0.95em; } tr.slice td.first { padding-left: 1.6em; }
 .v { font-weight: 600; text-align: center; border-radius: 3px; }
 .v-PASS { background: #d7f0da; color: #1b5e20; } .v-FAIL { background: #fbd5d5; color: #b71c1c; }
@@ -75,8 +76,11 @@ dl.gains { display: grid; grid-template-columns: max-content 1fr; gap: 0.1em 0.7
 dl.gains dt { color: #555; } dl.gains dd { margin: 0; }
 .rel { color: #555; } .save { color: #1b5e20; font-weight: 600; } .slow { color: #b71c1c; } .fast { color: #1b5e20; }
 table.dgrid th { text-align: center; } table.dgrid th.l { text-align: left; font-family: ui-monospace, monospace; }
-table.dgrid td.cell { text-align: center; padding: 0.3em 0.8em; }
-table.dgrid .d { font-family: ui-monospace, monospace; } table.dgrid .n { font-size: 0.82em; }
+table.dgrid th.l { overflow-wrap: anywhere; min-width: 8em; }
+table.dgrid td.cell { text-align: center; padding: 0.3em 0.5em; }
+table.dgrid .d { font-family: ui-monospace, monospace; }
+table.dgrid .n { font-size: 0.82em; white-space: normal; overflow-wrap: anywhere; }
+table.dgrid td.cell { white-space: normal; min-width: 8em; } table.dgrid .d span { white-space: nowrap; }  /* Δ, then its CI */
 details.more-slices { margin: 0.4em 0; }
 """
 

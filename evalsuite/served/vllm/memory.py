@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.report.model import fmt_bytes
+from evalsuite.plan.capacity import fmt_bytes
 from evalsuite.served.vllm.sizes import ServerNeed
 
 GIB = 1 << 30

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from evalsuite.errors import EvalsuiteError, SpecError
 from evalsuite.kvcache.config import KVConfig
-from evalsuite.variants.grammar import CheckpointRef, VllmArgs, parse_spec, spec_kind
+from evalsuite.variants.grammar import CheckpointRef, VllmArgs, flag_values, parse_spec, spec_kind
 from evalsuite.variants.quant_grammar import QuantForm, VllmKV
 
 BASELINE_ALIASES = ("bf16", "base")  # fp16 / fp32 / none are not vLLM's (bf16) baseline
@@ -64,12 +64,6 @@ class ServedVariant:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "engine": "vllm", "spec": self.spec, "model": self.model,
                 "flags": list(self.flags), "kv_scheme": self.kv_scheme}
-
-
-def flag_values(flags: Sequence[str], name: str) -> list[str]:
-    """The values of ``name`` in a server's flags, written ``--name VALUE`` or ``--name=VALUE``."""
-    values = [flags[i + 1] for i, f in enumerate(flags[:-1]) if f == name]
-    return values + [f.split("=", 1)[1] for f in flags if f.startswith(name + "=")]
 
 
 def _refusal(text: str, why: str) -> EvalsuiteError:
