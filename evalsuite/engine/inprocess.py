@@ -57,8 +57,7 @@ class InProcessBackend:
     kld_method: str = KLD_METHOD
     #: verify weight-only variants in bf16 on kernels that are not batch-invariant too (``--verify auto``: off)
     verify_bf16: bool = True
-    #: tasks may end a row once its score is fixed (``tasks.stop_rules``); off where a served side cannot
-    stop_rules: bool = False
+    stop_rules: bool = False  # tasks end a row once its score is fixed (tasks.stop_rules); off beside served sides
     base: LoadedModel | None = None
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
     #: (weights, artifact) of every weight-only variant built so far (kept after release): whose prompt K/V a "+kv"

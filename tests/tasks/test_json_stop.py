@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from evalsuite.errors import EvalsuiteError
 from evalsuite.tasks.json_parse import score_fixed, whole_impossible
+from evalsuite.tasks.base import TaskContext
 from evalsuite.tasks.json_task import JsonTask, score_output
 from evalsuite.tasks.stop_rules import reached, rule
-from evalsuite.errors import EvalsuiteError
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
           "properties": {"name": {"type": "string", "minLength": 1}, "age": {"type": "integer", "minimum": 0},
@@ -130,6 +131,15 @@ def test_the_engine_hook_decides_on_the_decoded_answer():
     assert not reached("json:lenient", lambda ids: "```json\n{}\n```\ufffd", [0])
     with pytest.raises(EvalsuiteError, match="unknown stop rule 'nope'; known: json:lenient, json:strict"):
         rule("nope")
+
+
+def test_the_task_names_its_rule_only_where_the_engine_applies_it():
+    task = JsonTask()
+    assert task.gen_settings({}).stop_rule == "" and "stop_rule" not in task.gen_settings({}).to_dict()
+    task.context = TaskContext(stop_rules=True)
+    for mode in ("lenient", "strict"):
+        gen = task.gen_settings({"mode": mode})
+        assert gen.to_dict()["stop_rule"] == f"json:{mode}" and rule(gen.stop_rule)
 
 
 @pytest.mark.skipif(not REAL.is_file(), reason="tests/data/json_outputs.jsonl is missing")
