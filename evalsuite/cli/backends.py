@@ -35,7 +35,8 @@ def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = Non
 
     local = InProcessBackend(loader=factory, seed=config.seed, max_batch_tokens=config.max_batch_tokens,
                              kernels=config.weight_kernels, snapshot_bytes=PROMPT_KV_BYTES if config.kld else 0,
-                             reuse_base_prompts=config.reuse_prompt_kv, verify_bf16=config.verify_bf16)
+                             reuse_base_prompts=config.reuse_prompt_kv, verify_bf16=config.verify_bf16,
+                             stop_rules=not served)  # a served variant could not apply them: no side does
     if served:
         from evalsuite.served.mixed import MixedBackend
 

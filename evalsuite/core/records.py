@@ -46,7 +46,7 @@ class SampleResult:
     metrics: dict[str, Any] = field(default_factory=dict)  # the task's secondary metrics (Score.metrics)
     outputs: tuple[str, ...] = ()  # all n generations when the task asks for n > 1 (pass@k); else empty
     token_ids: tuple[int, ...] = ()  # the generated ids of a greedy single generation (what verification needs)
-    stop: str = ""  # why that generation ended: "eos", "stop" (a stop string), "length"; "" = not recorded
+    stop: str = ""  # why it ended: "eos", "stop" (a stop string), "rule" (a stop rule), "length"; "" = not recorded
     #: how the answer was obtained: "generated" (decoded in full), "verified" (the baseline's answer, every token
     #: confirmed by the variant's own greedy choice), "diverged@t" (the baseline's first t tokens confirmed, the
     #: rest decoded), "regenerated" (verification not possible: decoded in full); "" = stored before verification
@@ -62,7 +62,7 @@ class Reference:
     excluded) and why it ended."""
 
     ids: tuple[int, ...]
-    stop: str  # "eos" | "stop" | "length"
+    stop: str  # "eos" | "stop" | "rule" | "length" (after a stop string or rule nothing more is checked)
 
     @property
     def fed(self) -> int:

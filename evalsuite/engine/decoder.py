@@ -5,8 +5,9 @@ of a task repeats the same instructions / few-shot block. This loop
 
 * encodes a task's common token prefix once (batch 1) and starts every batch from a copy of its K/V
   (the layout is ``[prefix][padding][own tokens]``; the mask hides the padding, positions skip it);
-* stops each row on EOS, its stop strings or ``max_new_tokens`` and drops finished rows from the batch
-  (``Cache.reorder_cache`` with the rows kept), so the tail of a batch costs what its live rows cost.
+* stops each row on EOS, its stop strings, its task's stop rule (``tasks.stop_rules``) or ``max_new_tokens``
+  and drops finished rows from the batch (``Cache.reorder_cache`` with the rows kept), so the tail of a batch
+  costs what its live rows cost.
 
 KV caches whose prefill is exact (DynamicCache, transformers' QuantizedCache, evalsuite's cache in ``exact``
 mode: the prompt attends to full-precision K/V) get the prompt's K/V computed in a DynamicCache and written into
@@ -30,6 +31,7 @@ from evalsuite.engine.growcache import dynamic_layers
 from evalsuite.kvcache import track_mask
 from evalsuite.models.attention import prompt_prefill
 from evalsuite.models.device import synchronize
+from evalsuite.tasks import stop_rules
 from evalsuite.tasks.base import GenSettings
 
 MIN_PREFIX = 8  # shorter common prefixes are not worth a separate forward
@@ -68,7 +70,7 @@ class Decoded:
 
     ids: list[int]
     stamps: list[float] = field(default_factory=list)
-    stop: str = ""  # "eos" (a stop token), "stop" (a stop string), "length" (max_new_tokens)
+    stop: str = ""  # "eos" (a stop token), "stop" (a stop string), "rule" (the task's stop rule), "length"
 
 
 def common_prefix_len(id_lists: Sequence[Sequence[int]], min_len: int = MIN_PREFIX) -> int:
@@ -231,13 +233,15 @@ def stop_reached(text_of: Callable[[list[int]], str], ids: list[int], stops: Seq
 def take_token(row: Decoded, t: int, stop_ids: set[int], gen: GenSettings, stops: Sequence[str],
                text_of: Callable[[list[int]], str]) -> bool:
     """Append token ``t`` to a row's ids unless it is a stop token; True while the row goes on, else the row's
-    ``stop`` says why it ended (a stop token, string or ``max_new_tokens``)."""
+    ``stop`` says why it ended (a stop token, string, the task's stop rule or ``max_new_tokens``)."""
     if t in stop_ids:
         row.stop = "eos"
         return False
     row.ids.append(t)
     if stops and stop_reached(text_of, row.ids, stops):
         row.stop = "stop"
+    elif gen.stop_rule and stop_rules.reached(gen.stop_rule, text_of, row.ids):
+        row.stop = "rule"
     elif len(row.ids) >= gen.max_new_tokens:
         row.stop = "length"
     return not row.stop

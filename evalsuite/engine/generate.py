@@ -20,7 +20,7 @@ class Generation:
     ttft_s: float | None
     itl_s: float | None
     ids: tuple[int, ...] = ()  # the generated token ids (stop token excluded)
-    stop: str = ""  # why it ended: "eos", "stop" (a stop string) or "length"
+    stop: str = ""  # why it ended: "eos", "stop" (a stop string), "rule" (the task's stop rule) or "length"
     decode: str = ""  # how it was obtained: "" (generated), "verified", "diverged@t" (run.verify)
 
 

@@ -58,6 +58,7 @@ class InProcessBackend:
     kld_method: str = KLD_METHOD
     #: verify weight-only variants in bf16 on kernels that are not batch-invariant too (``--verify auto``: off)
     verify_bf16: bool = True
+    stop_rules: bool = False  # tasks end a row once its score is fixed (tasks.stop_rules); off beside served sides
     base: LoadedModel | None = None
     _built: dict[str, BuiltVariant] = field(default_factory=dict)
     #: (weights, artifact) of every weight-only variant built so far (kept after release): whose prompt K/V a "+kv"
@@ -148,7 +149,7 @@ class InProcessBackend:
     def task_context(self) -> TaskContext:
         """The model's own token counts (chat template included) and window; loaded only when a task asks."""
         return TaskContext(count_tokens=self._task_prompts.count_tokens, max_positions=self._max_positions,
-                           model_name=getattr(self.loader, "name", None) or "the model")
+                           model_name=getattr(self.loader, "name", None) or "the model", stop_rules=self.stop_rules)
 
     def tokenizer_only(self) -> Any:
         """The baseline's tokenizer, without loading the model when the loader can give it alone."""

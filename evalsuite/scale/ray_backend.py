@@ -106,7 +106,7 @@ class RayBackend:
         return prepare_variants(list(requested))
 
     def task_context(self) -> TaskContext:
-        return InProcessBackend(loader=self.factory).task_context()
+        return InProcessBackend(loader=self.factory, stop_rules=True).task_context()
 
     def _submit(self, *args: Any) -> Any:
         if self._ray is None:

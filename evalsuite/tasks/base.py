@@ -17,10 +17,14 @@ class GenSettings:
     stop: tuple[str, ...] = ()
     temperature: float = 0.0
     n: int = 1  # samples per prompt (pass@k tasks)
+    #: a named rule that ends a row once its score can no longer change (``tasks.stop_rules``; "" = none)
+    stop_rule: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"max_new_tokens": self.max_new_tokens, "stop": list(self.stop),
-                "temperature": self.temperature, "n": self.n}
+        """The settings as stored (a stored baseline's key); ``stop_rule`` only where one is set."""
+        out: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "stop": list(self.stop),
+                               "temperature": self.temperature, "n": self.n}
+        return {**out, "stop_rule": self.stop_rule} if self.stop_rule else out
 
 
 @dataclass(frozen=True)
@@ -67,12 +71,15 @@ class TaskContext:
 
     ``count_tokens(sample)`` is the length of the sample's prompt as the model will see it (chat template
     included); ``max_positions()`` the model's context window. Either is None when unknown (e.g. a served
-    model). Both are callables so that nothing is loaded unless a task asks.
+    model). Both are callables so that nothing is loaded unless a task asks. ``stop_rules``: the engine applies a
+    task's stop rule (``GenSettings.stop_rule``: evalsuite's in-process decoder); served engines take stop strings
+    only, and a task leaves its rule out there.
     """
 
     count_tokens: Callable[[Sample], int] | None = None
     max_positions: Callable[[], int | None] | None = None
     model_name: str = "the model"
+    stop_rules: bool = False
 
 
 class Task(ABC):

@@ -3,12 +3,12 @@
 Scoring rule: ``value`` = 1 when the output parses, validates against the schema (Draft 2020-12 with format
 checks) and, where the case has a ground truth, every field equals it; else 0. ``metrics`` carries ``parsed``,
 ``valid`` and ``field_accuracy`` (fraction of ground-truth leaf fields right; None without a ground truth).
+How an output is read (whole, fenced block, embedded object) and when its score is fixed: ``json_parse``.
 """
 from __future__ import annotations
 
 import json
 import random
-import re
 from itertools import count, islice
 from typing import Any, Iterator
 
@@ -18,32 +18,9 @@ from jsonschema.exceptions import best_match
 from evalsuite.errors import EvalsuiteError
 from evalsuite.tasks.base import GenSettings, Sample, Score, Task
 from evalsuite.tasks.json_cases import KINDS, JsonCase, make_case
+from evalsuite.tasks.json_parse import parse_json
 
-FENCE = re.compile(r"```[ \t]*(?:json)?[ \t]*\n(.*?)```", re.S | re.I)
 SYSTEM = "You are a helpful assistant that replies with JSON only."
-
-
-def parse_json(output: str, mode: str) -> tuple[Any, str]:
-    """(value, how) or raise ValueError. strict: the whole output must be JSON. lenient: also a ```json fence
-    or the first JSON object inside surrounding text."""
-    text = output.strip()
-    try:
-        return json.loads(text), "whole output"
-    except ValueError as exc:
-        if mode == "strict":
-            raise ValueError(f"not JSON ({exc.msg} at char {exc.pos})") from None
-    for block in FENCE.findall(output):
-        try:
-            return json.loads(block), "fenced block"
-        except ValueError:
-            continue
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", output):
-        try:
-            return decoder.raw_decode(output, match.start())[0], "embedded object"
-        except ValueError:
-            continue
-    raise ValueError("no JSON object found")
 
 
 def _norm(value: Any) -> Any:
@@ -204,9 +181,12 @@ class JsonTask(Task):
                          metadata={"difficulty": kind, "entity": case.entity, "ground_truth": case.truth is not None})
 
     def gen_settings(self, params: dict[str, Any]) -> GenSettings:
+        """Up to ``max_new_tokens``; where the engine applies stop rules (``context.stop_rules``), a row ends
+        once its score is fixed (``json_parse.score_fixed``: the same score whatever would follow)."""
         params = self.params(params)
         _validate(params)
-        return GenSettings(max_new_tokens=int(params["max_new_tokens"]))
+        rule = f"json:{params['mode']}" if self.context.stop_rules else ""
+        return GenSettings(max_new_tokens=int(params["max_new_tokens"]), stop_rule=rule)
 
     def score(self, sample: Sample, output: str) -> Score:
         return score_output(sample.target, output)
