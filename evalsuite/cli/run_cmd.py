@@ -84,6 +84,10 @@ def parse_params(items: tuple[str, ...]) -> dict[str, dict]:
 @click.option("--store-baseline", "store_baseline", type=click.Path(path_type=Path),
               help="Reuse the matching stored baseline answers in this folder and store this run's back (grown: "
                    "a later run regenerates none of them and asks the baseline only for new samples).")
+@click.option("--shipped-baseline", "shipped_baseline", type=click.Path(path_type=Path, file_okay=False),
+              help="A shipped baselines folder (<folder>/<cpu class>/<fingerprint>/, e.g. the checkout's "
+                   "baselines/), only read: its matching answers seed --store-baseline's folder; a miss names the "
+                   "differing field and the baseline is generated (docs/gate.md, Shipped baseline).")
 @click.option("--lm-eval-task", "lm_eval_tasks", multiple=True,
               help="Also run this lm-eval generate_until task (the task 'lm_eval:NAME'; local data).")
 @click.option("--lm-eval-include", type=click.Path(path_type=Path),
@@ -120,7 +124,7 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
         batch_size: int, out: Path | None, run_id: str | None, resume: str | None, accumulate: bool,
         policy: Path | None, tenants_path: Path | None,
         no_gate: bool, kld: bool, noise_floor: bool, baseline_dir: Path | None, store_baseline: Path | None,
-        lm_eval_tasks: tuple[str, ...],
+        shipped_baseline: Path | None, lm_eval_tasks: tuple[str, ...],
         lm_eval_include: Path | None, weight_kernels: str, reuse_prompt_kv: bool, recompute_identical: bool,
         verify: str, verify_audit: float, quiet: bool,
         ray_address: str | None = None, engine: str | None = None, vllm_python: str | None = None,
@@ -142,6 +146,8 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
     root = out or runs_root()
     load_policy(policy)  # a bad policy is refused before anything loads or runs
     tenants = load_tenants(tenants_path) if tenants_path is not None else []  # so is a bad tenants file
+    if shipped_baseline is not None and store_baseline is None:
+        raise EvalsuiteError("--shipped-baseline seeds --store-baseline's folder: give --store-baseline too")
     if accumulate and (resume or run_id):
         raise EvalsuiteError("--accumulate names and continues its own run folder: drop --resume / --run-id")
     if not 0.0 <= verify_audit <= 1.0:
@@ -179,7 +185,7 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
     store = execute(config, run_dir, resume=bool(resume), backend=backend,
                     progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None,
                     decide=store_decider(policy, [t.policy for t in tenants]),
-                    grow_baseline=store_baseline is not None, started=process_started())
+                    grow_baseline=store_baseline is not None, started=process_started(), shipped=shipped_baseline)
     record_serving(store, tenants, tenants_path)
     click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
     header, rows = score_table(store)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
+from evalsuite.cpuclass import host_class
 from evalsuite.mkl import cbwr_setting
 from evalsuite.models.packed import setting as linear_setting
 from evalsuite.onednn import isa_setting
@@ -102,11 +103,13 @@ class InProcessBackend:
         return ModelIdentity(name=b.name, fingerprint=b.fingerprint, dtype=b.dtype, source=b.source, meta=b.meta)
 
     def settings(self) -> dict[str, Any]:
+        device = self.loaded.meta.get("device", "cpu")
         return {"backend": "in-process", "compute_dtype": self.loaded.dtype,
-                "device": self.loaded.meta.get("device", "cpu"), "max_batch_tokens": self.max_batch_tokens,
+                "device": device, "max_batch_tokens": self.max_batch_tokens,
                 "weight_kernels": self.kernels, "attention": self.loaded.meta.get("attention", "sdpa"),
                 "batch_invariant": invariant(self.loaded.model), "onednn_isa": isa_setting(),
-                "mkl_cbwr": cbwr_setting(), "linear": linear_setting(self.loaded.model)}
+                "mkl_cbwr": cbwr_setting(), "linear": linear_setting(self.loaded.model),
+                **({"cpu_class": host_class()} if str(device).startswith("cpu") else {})}
 
     @property
     def loaded(self) -> LoadedModel:
@@ -305,3 +308,4 @@ class InProcessBackend:
 
     def info(self, variant: VariantSpec, name: str) -> VariantInfo:
         return variant_info(self.built(variant), name, self.speed_probe)
+

@@ -46,6 +46,7 @@ RUN_KEYS = (
     "batch_invariant",
     "onednn_isa",
     "mkl_cbwr",
+    "cpu_class",  # the CPU's vendor and the kernels' instruction sets (evalsuite.cpuclass); none: not reused
     "linear",
     "vllm_version",  # --engine vllm (served.vllm.identity)
     "vllm_libraries",  # torch / transformers / vllm of vLLM's interpreter

@@ -33,7 +33,7 @@ def process_started() -> float:
 def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, progress: bool = True,
             log: Callable[[str], None] = print, baselines: Path | None = None,
             strict_baseline: bool = False, registry: Registry | None = None, decide: Decide | None = None,
-            grow_baseline: bool = False, started: float | None = None) -> Store:
+            grow_baseline: bool = False, started: float | None = None, shipped: Path | None = None) -> Store:
     """Prepare identical samples, load the model once, run baseline then variants into the run's store.
 
     Everything that can be refused (variant specs, task names and parameters) is checked before the model
@@ -42,7 +42,8 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
     ask ``decide`` what is still open (the CLI passes ``evalsuite.gate.decide.store_decider(policy)``); a resumed
     one continues from the samples it had drawn (its wall-clock budget starts afresh). ``grow_baseline``: the
     baseline's answers are stored back under ``baselines`` (stored ones kept, new ones added). ``started``: when the
-    budget's clock started (``time.monotonic()``; the CLI passes ``process_started()``; default: now)."""
+    budget's clock started (``time.monotonic()``; the CLI passes ``process_started()``; default: now). ``shipped``:
+    a read-only shipped baselines folder that seeds the growing one under ``baselines`` (``run.shipped``)."""
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.run.rounds import Rounds
     from evalsuite.tasks.registry import default_registry
@@ -71,6 +72,11 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
 
             source = BaselineSource(baselines, identity.fingerprint, config.seed, config.batch_size,
                                     strict=strict_baseline, log=log, grow=grow_baseline)
+            if shipped is not None:
+                from evalsuite.run.shipped import seed
+
+                seed(shipped, baselines, identity.fingerprint, tasks, config.seed, config.batch_size,
+                     backend.settings(), log=log)
             folder = source.prompt_folder(backend.settings()) if hasattr(backend, "spill_prompts") else None
             if folder is not None and (source.grow or folder.is_dir()):  # its prompt K/V beside its answers
                 backend.spill_prompts(folder, writable=source.grow)  # a strictly reused one is only read

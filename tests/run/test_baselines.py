@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from evalsuite.cpuclass import host_class
 from evalsuite.models.attention import NAME
 from evalsuite.errors import StoreMismatch
 from evalsuite.mkl import cbwr_setting
@@ -40,7 +41,7 @@ def test_manifest_records_what_changes_outputs(pinned, tiny):
     assert manifest["run"] == {**batching, "backend": "in-process", "compute_dtype": "bfloat16",
                                "device": "cpu", "attention": NAME, "batch_invariant": inv,
                                "onednn_isa": isa_setting(), "mkl_cbwr": cbwr_setting(),
-                               "linear": linear_setting(tiny.model)}
+                               "linear": linear_setting(tiny.model), "cpu_class": host_class()}
     assert set(manifest["libraries"]) >= {"torch", "transformers", "optimum-quanto", "evalsuite"}
     assert set(manifest["tasks"]["copy"]) >= {"version", "params", "gen_settings", "seed", "sample_hashes"}
 

@@ -279,3 +279,13 @@ def test_a_warm_run_plans_the_baselines_new_samples_at_what_they_cost():
     assert r.costs.base_seconds("t", 8, 48, "bf16") == 8 * 2.0  # measured here, from 8 samples on
 
 
+
+
+def test_a_baseline_alone_draws_its_whole_first_look(tiny, tmp_path):
+    """A baseline build (``make baseline``: no variant, a cap, no budget) answers every sample up to the cap, not
+    only the first probing chunk."""
+    config = RunConfig(model="tiny", variants=[], tasks=["copy"], batch_size=4, kld=False, max_samples=10,
+                       round_size=10)
+    store = execute(config, tmp_path / "r", resume=False, backend=InProcessBackend.of(tiny, seed=config.seed),
+                    progress=False, log=lambda s: None, registry=_registry())
+    assert len(store.done_ids("bf16", "copy")) == 10
