@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evalsuite.cli.common import reports_root, table
+from evalsuite.gate.policy import Policy
 from evalsuite.gate.store_gate import GatedRun, gate_store
 from evalsuite.core.store import Store
 
@@ -32,9 +33,10 @@ def verdict_rows(gated: GatedRun) -> tuple[list[str], list[list[str]]]:
     return ["variant", "task", "n", "base", "variant", "Δ [95% CI]", "flips", "KLD", "verdict"], rows
 
 
-def gate_and_report(store: Store, policy: Path | None, echo: Callable[[str], None] = print,
+def gate_and_report(store: Store, policy: Policy | Path | None, echo: Callable[[str], None] = print,
                     report: bool = True, max_reasons: int = 12, tenants: list[Any] | None = None) -> int:
-    """Gate the stored run, print verdicts and the worst reasons, write the report; return the exit code. With
+    """Gate the stored run under ``policy`` (parsed, or a file or None: the shipped one), print verdicts and the
+    worst reasons, write the report; return the exit code. With
     ``tenants`` (else those the run stored), the decision per tenant follows the verdicts and joins the report."""
     tenants = tenants if tenants is not None else stored_tenants(store)
     gated = gate_store(store, policy, also=[t.policy for t in tenants])

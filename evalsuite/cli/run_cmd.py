@@ -140,7 +140,7 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
     from evalsuite.variants.spec import split_specs
 
     root = out or runs_root()
-    load_policy(policy)  # a bad policy is refused before anything loads or runs
+    parsed = load_policy(policy)  # a bad policy is refused before anything loads or runs; parsed once
     tenants = load_tenants(tenants_path) if tenants_path is not None else []  # so is a bad tenants file
     if accumulate and (resume or run_id):
         raise EvalsuiteError("--accumulate names and continues its own run folder: drop --resume / --run-id")
@@ -178,7 +178,7 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
         make_backend(config, run_dir, ray_address)
     store = execute(config, run_dir, resume=bool(resume), backend=backend,
                     progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None,
-                    decide=store_decider(policy, [t.policy for t in tenants]),
+                    decide=store_decider(parsed, [t.policy for t in tenants]),
                     grow_baseline=store_baseline is not None, started=process_started())
     record_serving(store, tenants, tenants_path)
     click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
@@ -188,7 +188,7 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
         return 0
     from evalsuite.cli.finish import gate_and_report
 
-    return gate_and_report(store, policy, echo=click.echo, tenants=tenants or None)
+    return gate_and_report(store, parsed, echo=click.echo, tenants=tenants or None)
 
 
 def tenant_draws(tasks: list[str], params: dict[str, dict], tenants: list[Any]) -> tuple[list[str], dict]:
