@@ -7,17 +7,16 @@ from typing import Any, Callable
 from evalsuite.cli.common import reports_root, table
 from evalsuite.gate.policy import Policy
 from evalsuite.gate.store_gate import GatedRun, gate_store
+from evalsuite.gate.types import worst
 from evalsuite.core.store import Store
 
 
 def verdict_rows(gated: GatedRun) -> tuple[list[str], list[list[str]]]:
     """One row per variant × task (slice 'all'): Δ with CI, flips, KLD, verdict."""
-    worst = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
-    verdicts: dict[tuple[str, str], str] = {}
+    per_task: dict[tuple[str, str], list[str]] = {}
     for c in gated.gate.checks:
-        key = (c.variant, c.task)
-        if worst[c.verdict] >= worst.get(verdicts.get(key, "PASS"), 0):
-            verdicts[key] = c.verdict
+        per_task.setdefault((c.variant, c.task), []).append(c.verdict)
+    verdicts = {key: worst(vs) for key, vs in per_task.items()}
     rows = []
     for s in gated.stats:
         if s.slice != "all":

@@ -11,9 +11,8 @@ from typing import Callable
 from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.gate.policy import Policy
-from evalsuite.gate.pooled import POOLED
 from evalsuite.gate.store_gate import StoreGate
-from evalsuite.gate.types import CheckResult, GateResult, heads_to_fail, task_samples
+from evalsuite.gate.types import POOLED, CheckResult, GateResult, heads_to_fail, task_samples
 from evalsuite.gate.verdict import undecided
 
 

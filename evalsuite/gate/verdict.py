@@ -30,11 +30,11 @@ from evalsuite.gate.check import WORDS, CheckLevels, at_least, at_most, label, m
 from evalsuite.gate.family import Family, family
 from evalsuite.gate.means import max_kld, min_score
 from evalsuite.gate.policy import Policy, Thresholds
-from evalsuite.gate.pooled import CHECK, POOLED, pooled_check
+from evalsuite.gate.pooled import CHECK, pooled_check
 from evalsuite.core.records import KLDResult, SampleResult
 from evalsuite.stats.compare import SliceFilter, compare, paired_values
 from evalsuite.stats import sequential as seq
-from evalsuite.gate.types import CheckResult, GateResult, Verdict, worst
+from evalsuite.gate.types import POOLED, CheckResult, GateResult, Verdict, worst
 from evalsuite.stats.types import ALL, PairedStats
 
 def _bounds(st: PairedStats, lv: CheckLevels, metric: str | None = None,
