@@ -46,17 +46,17 @@ class StoreGate:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.also = list(also)
         self.filters = slice_filters(self.policy, self.also)
-        self._path: Path | None = None
+        self._run: tuple[Path, str] | None = None  # the store and baseline the caches hold
         self._stats: dict[tuple[str, str], tuple[Key, list[PairedStats]]] = {}
         self._base: dict[str, tuple[tuple[int, int], list[SampleResult]]] = {}
         self._last: tuple[tuple, GateResult] | None = None  # the last look's inputs and gate result
 
     def __call__(self, store: Store) -> GatedRun:
         """The run as ``store`` holds it now, gated."""
-        if store.path != self._path:  # another run: nothing computed applies
-            self._path, self._stats, self._base, self._last = store.path, {}, {}, None
         state = store.state()
         baseline = state.baseline
+        if (store.path, baseline) != self._run:  # another run (or baseline): nothing computed applies
+            self._run, self._stats, self._base, self._last = (store.path, baseline), {}, {}, None
         order = state.variant_order or store.variants_present()
         present = set(store.variants_present())
         # every variant the run was asked for: one without samples (a budget spent before it ran) is INCONCLUSIVE
