@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1] / "evalsuite"
 #: its own package. core is the torch-free run state; run/ orchestrates behind the Backend protocol; engine/ is
 #: the in-process torch backend; served/ the endpoints and vLLM; scale/ Ray; cli/ the top.
 LAYERS = {
-    "errors": 0, "threads": 0, "onednn": 0, "mkl": 0, "paths": 0, "__main__": 9,
+    "errors": 0, "threads": 0, "onednn": 0, "mkl": 0, "paths": 0, "dims": 0, "__main__": 9,
     "core": 1, "sandbox": 1, "kvcache": 1, "models": 1, "cpuclass": 1,  # cpuclass reads onednn's flags
     "tasks": 2, "variants": 2, "stats": 2,
     "gate": 3, "plan": 3, "run": 3,  # same layer: neither imports the other (rounds asks an injected decision)

@@ -41,7 +41,7 @@ def compare(baseline: str, variants: tuple[str, ...], policy: Path | None, out: 
     from evalsuite.core.store import Store
     from evalsuite.gate.policy import load_policy
 
-    load_policy(policy)  # refused with the key path before any log is read
+    parsed = load_policy(policy)  # refused with the key path before any log is read
     keys = [k.strip() for item in slice_keys for k in item.split(",") if k.strip()]
     run_dir = (out or runs_root()) / (run_id or time.strftime("compare-%Y%m%d-%H%M%S"))
     with gc_paused():  # every row of the run is held at once (acyclic records): no collector passes over them
@@ -52,6 +52,6 @@ def compare(baseline: str, variants: tuple[str, ...], policy: Path | None, out: 
             click.echo(f"  {line}")
         store = Store.open(run_dir)
         try:
-            return gate_and_report(store, policy, echo=click.echo, report=not no_report)
+            return gate_and_report(store, parsed, echo=click.echo, report=not no_report)
         finally:
             store.close()

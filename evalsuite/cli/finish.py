@@ -5,18 +5,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from evalsuite.cli.common import reports_root, table
+from evalsuite.gate.policy import Policy
 from evalsuite.gate.store_gate import GatedRun, gate_store
+from evalsuite.gate.types import worst
 from evalsuite.core.store import Store
 
 
 def verdict_rows(gated: GatedRun) -> tuple[list[str], list[list[str]]]:
     """One row per variant × task (slice 'all'): Δ with CI, flips, KLD, verdict."""
-    worst = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}
-    verdicts: dict[tuple[str, str], str] = {}
+    per_task: dict[tuple[str, str], list[str]] = {}
     for c in gated.gate.checks:
-        key = (c.variant, c.task)
-        if worst[c.verdict] >= worst.get(verdicts.get(key, "PASS"), 0):
-            verdicts[key] = c.verdict
+        per_task.setdefault((c.variant, c.task), []).append(c.verdict)
+    verdicts = {key: worst(vs) for key, vs in per_task.items()}
     rows = []
     for s in gated.stats:
         if s.slice != "all":
@@ -32,9 +32,10 @@ def verdict_rows(gated: GatedRun) -> tuple[list[str], list[list[str]]]:
     return ["variant", "task", "n", "base", "variant", "Δ [95% CI]", "flips", "KLD", "verdict"], rows
 
 
-def gate_and_report(store: Store, policy: Path | None, echo: Callable[[str], None] = print,
+def gate_and_report(store: Store, policy: Policy | Path | None, echo: Callable[[str], None] = print,
                     report: bool = True, max_reasons: int = 12, tenants: list[Any] | None = None) -> int:
-    """Gate the stored run, print verdicts and the worst reasons, write the report; return the exit code. With
+    """Gate the stored run under ``policy`` (parsed, or a file or None: the shipped one), print verdicts and the
+    worst reasons, write the report; return the exit code. With
     ``tenants`` (else those the run stored), the decision per tenant follows the verdicts and joins the report."""
     tenants = tenants if tenants is not None else stored_tenants(store)
     gated = gate_store(store, policy, also=[t.policy for t in tenants])

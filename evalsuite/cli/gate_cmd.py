@@ -22,9 +22,9 @@ def gate(run: str, policy: Path | None, no_report: bool) -> int:
     from evalsuite.gate.policy import load_policy
     from evalsuite.core.store import Store, require_finished, resolve_run_dir
 
-    load_policy(policy)  # refused with the key path before the store is read
+    parsed = load_policy(policy)  # refused with the key path before the store is read
     run_dir = resolve_run_dir(run, runs_root())
     set_run_dir(run_dir)
     store = Store.open(run_dir)
     require_finished(store)
-    return gate_and_report(store, policy, echo=click.echo, report=not no_report)
+    return gate_and_report(store, parsed, echo=click.echo, report=not no_report)

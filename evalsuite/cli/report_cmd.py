@@ -22,13 +22,13 @@ def report(run: str, policy: Path | None, out: Path | None) -> int:
     from evalsuite.report.build import report_model, write_report
     from evalsuite.core.store import Store, require_finished, resolve_run_dir
 
-    load_policy(policy)
+    parsed = load_policy(policy)
     run_dir = resolve_run_dir(run, runs_root())
     set_run_dir(run_dir)
     store = Store.open(run_dir)
     require_finished(store)
     tenants = stored_tenants(store)
-    gated = gate_store(store, policy, also=[t.policy for t in tenants])
+    gated = gate_store(store, parsed, also=[t.policy for t in tenants])
     section = report_section(store, tenants, gated)
     path = write_report(store, gated, out or reports_root(), report_model(store, gated, tenants=section).to_dict())
     click.echo(f"report: {path / 'index.html'}")

@@ -144,7 +144,7 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
     from evalsuite.variants.spec import split_specs
 
     root = out or runs_root()
-    load_policy(policy)  # a bad policy is refused before anything loads or runs
+    parsed = load_policy(policy)  # a bad policy is refused before anything loads or runs; parsed once
     tenants = load_tenants(tenants_path) if tenants_path is not None else []  # so is a bad tenants file
     if shipped_baseline is not None and store_baseline is None:
         raise EvalsuiteError("--shipped-baseline seeds --store-baseline's folder: give --store-baseline too")
@@ -184,7 +184,7 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
         make_backend(config, run_dir, ray_address)
     store = execute(config, run_dir, resume=bool(resume), backend=backend,
                     progress=not quiet, log=click.echo, baselines=baselines, strict_baseline=baseline_dir is not None,
-                    decide=store_decider(policy, [t.policy for t in tenants]),
+                    decide=store_decider(parsed, [t.policy for t in tenants]),
                     grow_baseline=store_baseline is not None, started=process_started(), shipped=shipped_baseline)
     record_serving(store, tenants, tenants_path)
     click.echo(f"\nrun {run_dir.name}: stored in {store.path}")
@@ -194,7 +194,7 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
         return 0
     from evalsuite.cli.finish import gate_and_report
 
-    return gate_and_report(store, policy, echo=click.echo, tenants=tenants or None)
+    return gate_and_report(store, parsed, echo=click.echo, tenants=tenants or None)
 
 
 def tenant_draws(tasks: list[str], params: dict[str, dict], tenants: list[Any]) -> tuple[list[str], dict]:

@@ -148,6 +148,14 @@ class Store:
                     token_ids=tuple(_loads(token_ids) or ()), stop=stop, decode=decode))
         return out
 
+    def row_marks(self, table: str) -> dict[tuple[str, str], tuple[int, int]]:
+        """(variant, task) -> (rows, last row id) of ``table`` ("samples" or "kld"): rows are only ever added, so
+        an unchanged mark means unchanged rows (what ``gate.store_gate.StoreGate`` recomputes by)."""
+        if table not in ("samples", "kld"):
+            raise ValueError(f"no table {table!r}")
+        return {(v, t): (n, last) for v, t, n, last in
+                self.conn.execute(f"SELECT variant, task, COUNT(*), MAX(rowid) FROM {table} GROUP BY variant, task")}
+
     def variants_present(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT variant FROM samples ORDER BY variant")]
 
@@ -162,10 +170,12 @@ class Store:
         rows = self.conn.execute("SELECT sample_id FROM kld WHERE variant=? AND task=?", (variant, task))
         return {r[0] for r in rows}
 
-    def kld(self, variant: str | None = None) -> list[KLDResult]:
-        sql, args = "SELECT variant, task, sample_id, token_kld, top1_agree, n_tokens, method FROM kld", []
+    def kld(self, variant: str | None = None, task: str | None = None) -> list[KLDResult]:
+        sql, args = "SELECT variant, task, sample_id, token_kld, top1_agree, n_tokens, method FROM kld WHERE 1=1", []
         if variant is not None:
-            sql, args = sql + " WHERE variant=?", [variant]
+            sql, args = sql + " AND variant=?", args + [variant]
+        if task is not None:
+            sql, args = sql + " AND task=?", args + [task]
         return [KLDResult(v, t, s, tuple(json.loads(k)), a, n, m or "") for v, t, s, k, a, n, m in
                 self.conn.execute(sql + " ORDER BY variant, task, sample_id", args)]
 

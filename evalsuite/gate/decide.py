@@ -11,18 +11,19 @@ from typing import Callable
 from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.gate.policy import Policy
-from evalsuite.gate.pooled import POOLED
-from evalsuite.gate.store_gate import gate_store
-from evalsuite.gate.types import CheckResult, GateResult, heads_to_fail, task_samples
+from evalsuite.gate.store_gate import StoreGate
+from evalsuite.gate.types import POOLED, CheckResult, GateResult, heads_to_fail, task_samples
 from evalsuite.gate.verdict import undecided
 
 
-def store_decider(policy: Path | None = None, tenants: Sequence[Policy] = ()) -> Decide:
-    """A ``Decide`` that gates the stored run with ``policy`` (default: the shipped one) and, joined to it, under
-    each of the ``tenants``' policies."""
+def store_decider(policy: Policy | Path | None = None, tenants: Sequence[Policy] = ()) -> Decide:
+    """A ``Decide`` that gates the stored run with ``policy`` (a parsed ``Policy``; a file or None, the shipped one,
+    is parsed here, once) and, joined to it, under each of the ``tenants``' policies. Each call recomputes only
+    the (variant, task) statistics whose rows changed since the last (``gate.store_gate.StoreGate``)."""
+    gate = StoreGate(policy, tenants)
 
     def decide(store: Store) -> Decision:
-        gated = gate_store(store, policy, also=tenants)
+        gated = gate(store)
         return joint([decision(gated.gate)] + [decision(gated.under(p)) for p in tenants])
 
     return decide

@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from evalsuite.gate.policy import FAMILY_ALPHA, Policy, Thresholds
-from evalsuite.gate.pooled import CHECK as POOLED_CHECK, POOLED as POOLED_TASK
+from evalsuite.gate.pooled import CHECK as POOLED_CHECK
+from evalsuite.gate.types import POOLED as POOLED_TASK
 from evalsuite.stats.types import ALL
 
 POOLED_SHARE = 0.5  #: the pooled check's share of alpha when the variant has one

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evalsuite.gate.types import CheckResult, Verdict
+from evalsuite.gate.types import POOLED, CheckResult, Verdict
 from evalsuite.stats import pooled
 from evalsuite.stats.compare import paired_values
 from evalsuite.stats import sequential as seq
 from evalsuite.stats.types import ALL, PairedStats
 
-POOLED = "*"  #: the task name of the pooled check
 CHECK = "pooled_max_drop"
 _SHOWN = 3  # tasks named in the reason
 

@@ -7,6 +7,7 @@ from typing import Any, Literal, TypeVar
 
 Verdict = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 RANK: dict[str, int] = {"PASS": 0, "INCONCLUSIVE": 1, "FAIL": 2}  #: an unknown verdict string ranks as PASS
+POOLED = "*"  #: the task name of the pooled check (``gate.pooled``), in the results and the report
 _E = TypeVar("_E")
 
 

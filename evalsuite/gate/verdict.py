@@ -30,11 +30,11 @@ from evalsuite.gate.check import WORDS, CheckLevels, at_least, at_most, label, m
 from evalsuite.gate.family import Family, family
 from evalsuite.gate.means import max_kld, min_score
 from evalsuite.gate.policy import Policy, Thresholds
-from evalsuite.gate.pooled import CHECK, POOLED, pooled_check
+from evalsuite.gate.pooled import CHECK, pooled_check
 from evalsuite.core.records import KLDResult, SampleResult
-from evalsuite.stats.compare import compare, paired_values
+from evalsuite.stats.compare import SliceFilter, compare, paired_values
 from evalsuite.stats import sequential as seq
-from evalsuite.gate.types import CheckResult, GateResult, Verdict, worst
+from evalsuite.gate.types import POOLED, CheckResult, GateResult, Verdict, worst
 from evalsuite.stats.types import ALL, PairedStats
 
 def _bounds(st: PairedStats, lv: CheckLevels, metric: str | None = None,
@@ -225,6 +225,11 @@ def undecided(gate: GateResult) -> dict[str, set[str]]:
     return out
 
 
+def slice_filters(policy: Policy, also: Sequence[Policy] = ()) -> list[SliceFilter]:
+    """One compare() filter per selector slice of ``policy`` and of ``also``'s (one per task and name)."""
+    return list({(f.task, f.name): f for p in (*also, policy) for f in p.filters()}.values())
+
+
 def gate_run(baseline: Sequence[SampleResult], variants: Mapping[str, Sequence[SampleResult]],
              kld: Mapping[str, Sequence[KLDResult]], policy: Policy, binary_tasks: Set[str] | None = None,
              *, slice_keys: Sequence[str] | None = None, n_boot: int = 2000, seed: int = 0,
@@ -234,7 +239,7 @@ def gate_run(baseline: Sequence[SampleResult], variants: Mapping[str, Sequence[S
 
     ``binary_tasks``: names of binary tasks, or None to infer from the scores.
     """
-    filters = list({(f.task, f.name): f for p in (*also, policy) for f in p.filters()}.values())
+    filters = slice_filters(policy, also)
     stats: list[PairedStats] = []
     for name, records in variants.items():
         stats += compare(baseline, records, kld.get(name, ()), slice_keys, binary_tasks,

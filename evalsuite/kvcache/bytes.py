@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, NamedTuple
 
+from evalsuite.dims import head_dim as config_head_dim
 from evalsuite.errors import EvalsuiteError
 from evalsuite.kvcache.config import KVConfig, check_layers, layer_config
 
@@ -45,8 +46,7 @@ def model_dims(model_config: Any) -> KVDims:
     if not heads or not layers:
         raise EvalsuiteError("model config has no num_attention_heads / num_hidden_layers: cannot size its KV cache")
     kv_heads = get("num_key_value_heads") or heads
-    head_dim = get("head_dim") or get("hidden_size", 0) // heads
-    return KVDims(int(layers), int(kv_heads), int(head_dim))
+    return KVDims(int(layers), int(kv_heads), config_head_dim(cfg))
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import Any, Iterable
 
 import torch
 
+from evalsuite.dims import head_dim as config_head_dim
 from evalsuite.models.packed import linear_fn, packed_model
 
 #: the name ``models.attention`` registers its kernels under with transformers' AttentionInterface; it is a stored
@@ -110,7 +111,7 @@ def linear_shapes(model: Any) -> tuple[tuple[int, int], ...]:
 
 def head_dim(config: Any) -> int:
     cfg = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    return int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+    return config_head_dim(cfg)
 
 
 def _pad_rows(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from evalsuite.dims import head_dim as config_head_dim
 from evalsuite.errors import EvalsuiteError
 from evalsuite.models.attention import use_invariant_kernels
 from evalsuite.models.embedded import converted_folder, embedded_gguf
@@ -195,7 +196,7 @@ def wrap_model(model: Any, tokenizer: Any, name: str, source: str = "memory") ->
             "n_params": sum(p.numel() for p in model.parameters()),
             "num_layers": cfg.num_hidden_layers,
             "num_kv_heads": getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
-            "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+            "head_dim": config_head_dim(cfg),
             "max_positions": getattr(cfg, "max_position_embeddings", None),
             "attention": use_invariant_kernels(model)}
     return LoadedModel(model=model, tokenizer=tokenizer, name=name, source=source, dtype=dtype,

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from evalsuite.dims import head_dim as config_head_dim
 from evalsuite.errors import EvalsuiteError
 
 #: ``tie_word_embeddings`` when a config omits it: the model class's default (PretrainedConfig's is True).
@@ -139,10 +140,11 @@ def shape_from_config(cfg: dict[str, Any]) -> ModelShape:
     kv_heads = _int(cfg, "num_key_value_heads", heads)
     if heads % kv_heads:
         raise EvalsuiteError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
-    if "head_dim" not in cfg or cfg["head_dim"] is None:
-        if hidden % heads:
-            raise EvalsuiteError(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
-    head_dim = _int(cfg, "head_dim", hidden // heads)
+    if cfg.get("head_dim") is not None:
+        _int(cfg, "head_dim")  # a positive integer, or a one-line error
+    elif hidden % heads:
+        raise EvalsuiteError(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}")
+    head_dim = config_head_dim(cfg)
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     return ModelShape(
         model_type=mtype, hidden=hidden, layers=_int(cfg, "num_hidden_layers"), heads=heads, kv_heads=kv_heads,

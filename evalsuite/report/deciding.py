@@ -14,10 +14,8 @@ from typing import Any
 
 from evalsuite.core.costs import StoredBaseline, baseline_seconds
 from evalsuite.core.decision import DEFAULT_CAP
-from evalsuite.gate.types import heads_to_fail, task_samples
-
-ALL = "all"
-POOLED = "*"  #: the task of the pooled check (evalsuite.gate.pooled)
+from evalsuite.gate.types import POOLED, heads_to_fail, task_samples
+from evalsuite.stats.types import ALL
 Row = dict[str, Any]  #: a row of the report dict (a check, a stats row, a card): the report modules' one alias
 
 

@@ -20,12 +20,16 @@ BUILTIN_TASKS: dict[str, str] = {
     "safety": "evalsuite.tasks.safety:SafetyTask",
 }
 
-#: Task-name prefixes resolved on demand: ``lm_eval:<name>`` is lm-eval's task <name> (``--param
-#: lm_eval:<name>.include=DIR`` points at a folder of task YAMLs). "prefix" -> "module:attribute" of a factory
-#: taking the rest of the name.
-BUILTIN_RESOLVERS: dict[str, str] = {
-    "lm_eval:": "evalsuite.lmeval.adapter:LmEvalTask",
-}
+#: Task-name prefixes resolved on demand, each registered by the package that implements it, from above this layer
+#: (``register_resolver``): the command line registers ``lm_eval:`` (``evalsuite.lmeval.register_tasks``:
+#: ``lm_eval:<name>`` is lm-eval's task <name>). "prefix" -> a factory taking the rest of the name.
+_RESOLVERS: dict[str, Callable[[str], Task]] = {}
+
+
+def register_resolver(prefix: str, factory: Callable[[str], Task]) -> None:
+    """Resolve task names that start with ``prefix`` with ``factory(rest of the name)`` in every registry
+    ``default_registry`` makes from now on (registering a prefix again replaces its factory)."""
+    _RESOLVERS[prefix] = factory
 
 
 def _load_ref(ref: str) -> Callable[[], Task]:
@@ -39,6 +43,7 @@ class Registry:
     def __init__(self) -> None:
         self._factories: dict[str, Callable[[], Task]] = {}
         self._origin: dict[str, str] = {}
+        self.resolvers: dict[str, Callable[[str], Task]] = {}  #: prefix -> factory of the rest (``lm_eval:``)
 
     def register(self, name: str, factory: Callable[[], Task], origin: str = "user") -> None:
         if name in self._factories:
@@ -55,13 +60,12 @@ class Registry:
     def get(self, name: str) -> Task:
         """Instantiate a task (a registered name, or a resolver prefix such as ``lm_eval:``); an unknown name
         gets the nearest valid names."""
-        prefix = next((p for p in BUILTIN_RESOLVERS if name.startswith(p)), None)
+        prefix = next((p for p in self.resolvers if name.startswith(p)), None)
         if prefix is not None and name not in self._factories:
             rest = name[len(prefix):].strip()
             if not rest:
                 raise EvalsuiteError(f"task {name!r}: name the task after {prefix!r}")
-            task = _load_ref(BUILTIN_RESOLVERS[prefix])(rest)
-            return task
+            return self.resolvers[prefix](rest)
         if name not in self._factories:
             near = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(near)}?" if near else ""
@@ -73,8 +77,10 @@ class Registry:
 
 
 def default_registry(plugins: bool = True) -> Registry:
-    """Built-in tasks, plus entry-point plugins when ``plugins`` is true."""
+    """Built-in tasks, the registered prefixes (``register_resolver``), plus entry-point plugins when ``plugins`` is
+    true."""
     reg = Registry()
+    reg.resolvers.update(_RESOLVERS)
     for name, ref in BUILTIN_TASKS.items():
         reg.register(name, lambda ref=ref: _load_ref(ref)(), origin="builtin")
     if plugins:

@@ -40,9 +40,11 @@ def tiny32(tokenizer):
 
 def _lm_eval_task(name="arith_qa", limit=None, seed=1234) -> PreparedTask:
     """``lm_eval:<name>`` through the task Registry, as `evalsuite run --lm-eval-task` prepares it."""
+    from evalsuite.lmeval import register_tasks
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.tasks.registry import default_registry
 
+    register_tasks()  # what the command line does at its start
     key = f"lm_eval:{name}"
     config = RunConfig(tasks=[key], task_params={key: {"include": str(LMEVAL_DIR), "limit": limit}}, seed=seed)
     (task,) = prepare_tasks(config, default_registry())

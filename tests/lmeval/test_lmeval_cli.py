@@ -56,8 +56,11 @@ def test_lm_eval_cli_wrapper_matches_evalsuite_run_on_embedded_model(embedded, m
     from tests.conftest import run_model
 
     spec = "kv4g32r16"
+    from evalsuite.lmeval import register_tasks
+
     key = "lm_eval:arith_qa"
     config = RunConfig(tasks=[key], task_params={key: {"include": str(LMEVAL_DIR), "limit": 3}})
+    register_tasks()
     tasks = prepare_tasks(config, default_registry())
     store = run_model(embedded, tmp_path / "run", ("bf16", spec), tasks=tasks, batch_size=3, kld=False)
     assert sum(r.score for r in store.samples("bf16")) >= 1  # the real model gets some sums right

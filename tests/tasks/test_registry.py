@@ -48,7 +48,16 @@ def test_builtins_listed_and_duplicates_refused():
         r.get("x")
 
 
-def test_lm_eval_prefix_resolves_through_the_registry():
+def test_lm_eval_prefix_resolves_once_registered_from_above(monkeypatch):
+    """The task registry names no package above it: ``evalsuite.lmeval`` registers ``lm_eval:`` (the command line
+    calls ``register_tasks`` at its start)."""
+    from evalsuite.lmeval import register_tasks
+    from evalsuite.tasks import registry
+
+    monkeypatch.setattr(registry, "_RESOLVERS", {})  # this process as it starts, whatever ran before
+    with pytest.raises(EvalsuiteError, match="unknown task"):
+        default_registry(plugins=False).get("lm_eval:arith_qa")
+    register_tasks()
     reg = default_registry(plugins=False)
     with pytest.raises(EvalsuiteError, match="name the task"):
         reg.get("lm_eval:")
