@@ -7,17 +7,18 @@ not re-implemented): four binary tasks with the shipped policy (``family_alpha``
 variant ("v"; the imported gate calls it "q"), baseline "bf16", tasks reasoning / json / code / needle, each task's
 outcome stream drawn in advance (its order fixed, never selected on outcomes), of the task's cap (``--cap``) pairs.
 
-Each replicate is run as ``evalsuite.run.rounds.Rounds.drive`` runs a sequential run, on simulated time: gate
-(``gate_simulation_tasks.gate_at``) -> ``gate.decide.decision`` -> a ``schedule.Book`` -> ``wants`` / ``price`` /
-drop what ``reach`` refuses / ``order`` / ``choose`` -> the draw's task drawn up to its target, paired in chunks
-of one decode batch (32; a task's first chunk, while its cost is unmeasured, ``rounds.PROBE`` samples), each chunk
-cut to what the budget left affords (``Rounds._fit``), re-gated after every chunk and the look ended when the
-variant FAILs or is no longer open on the task. Each chunk charges the simulated seconds of ``SECONDS`` (a slow
-2-core Zen-1 CPU, the field report) to a ``core.costs.RunCosts``, so the scheduler plans with measured costs once
-a task has been drawn and with ``RunCosts.expected``'s prior before. The budget holds back what ``Rounds`` holds
-back for the end of the command (``END_SHARE``, at most ``END_MAX_S``); loading and building are not simulated.
-A replicate stops when no want is in reach, the variant is decided, or the budget is spent; it records the
-verdict, the pairs per task and the seconds spent.
+Each replicate is driven by the run's own planner, ``evalsuite.run.rounds.Rounds``, on a simulated clock, as
+``evalsuite.run.pipeline.drive`` drives a sequential run: gate (``gate_simulation_tasks.gate_at`` ->
+``gate.decide.decision``) and a ``schedule.Book`` of what is held -> ``Rounds.next`` -> the chunk it plans: the
+task's stream drawn up to its target (a stream holds ``--cap`` samples), then paired up to the chunk's end, charging
+the simulated seconds of ``SECONDS`` (a slow 2-core Zen-1 CPU, the field report) to the clock and to a
+``core.costs.RunCosts`` (the planner plans with measured costs once a task has been drawn, with
+``RunCosts.expected``'s prior before); re-gated after every chunk that paired. Everything else (which task, how
+far, the chunks of one decode batch of 32 with a first ``rounds.PROBE``-sample chunk while a task's cost is
+unmeasured, each cut to what the budget left affords, the look ended when the variant FAILs or is no longer open
+on the task, the budget's reserve for the end of the command) is ``Rounds``' own; loading and building are not
+simulated. A replicate stops when the planner stops (the variant decided, no want in reach, or the budget spent);
+it records the verdict, the pairs per task, the seconds spent and why it stopped.
 
 The lockstep comparison gates the same streams at ``gate_simulation_tasks.LOOKS`` (16, 48, 112, 240 pairs of every
 task), stopping at the first decisive look, with only the looks whose cost (n x the sum over tasks of baseline +
@@ -50,8 +51,8 @@ import gate_simulation_tasks as gst  # noqa: E402
 from evalsuite.core.costs import RunCosts  # noqa: E402
 from evalsuite.core.decision import Decision  # noqa: E402
 from evalsuite.gate.decide import decision as gate_decision  # noqa: E402
-from evalsuite.run.rounds import END_MAX_S, END_SHARE, PROBE  # noqa: E402
-from evalsuite.run.schedule import Book, choose, order, price, reach, wants  # noqa: E402
+from evalsuite.run.rounds import Rounds  # noqa: E402
+from evalsuite.run.schedule import Book  # noqa: E402
 
 VARIANT, BASE, GATE_NAME = "v", "bf16", "q"  # the imported gate names its variant "q"
 TASKS = ("reasoning", "json", "code", "needle")  # the run's --tasks order (the scheduler's tie-break)
@@ -64,8 +65,10 @@ PER_N = sum(SECONDS[BASE][t] + SECONDS[VARIANT][t] for t in TASKS)  # one lockst
 
 
 def reserve(budget: float) -> float:
-    """Seconds of the budget the draws may use (``Rounds.end``'s reserve held back)."""
-    return budget - min(END_MAX_S, END_SHARE * budget)
+    """Seconds of the budget the draws may use (``Rounds.end``: its reserve held back)."""
+    end = Rounds(budget_s=budget, started=0.0).end()
+    assert end is not None
+    return end
 
 
 def key_of(codes: dict[str, np.ndarray], r: int, have: dict[str, int]) -> tuple:
@@ -91,54 +94,29 @@ class Outcome:
 
 def scheduled(codes: dict[str, np.ndarray], r: int, budget: float, first_look: int = FIRST_LOOK,
               cap: int = CAP) -> Outcome:
-    """One replicate as ``Rounds.drive`` runs it, on simulated seconds."""
-    have = {t: 0 for t in TASKS}  # baseline and variant always hold the same pairs here (one variant)
-    costs, steps, spent, looks = RunCosts(), {}, 0.0, 0
-    end = reserve(budget)
-    caps = {t: cap for t in TASKS}
+    """One replicate planned by ``Rounds`` (as ``run.pipeline.drive`` runs it), on simulated seconds."""
+    have = {t: 0 for t in TASKS}  # pairs held: baseline and variant hold the same here (one variant)
+    drawn = {t: 0 for t in TASKS}  # samples drawn of each task's stream (``cap`` long)
+    costs, clock = RunCosts(), [0.0]
+    plan = Rounds(caps={t: cap for t in TASKS}, round_size=first_look, budget_s=budget, log=lambda s: None,
+                  batch_size=BATCH, started=0.0, clock=lambda: clock[0])
     d = decide(codes, r, have)
-    why = "spent"
-    while True:
-        left = end - spent
-        if left <= 0:
-            break
-        book = Book([VARIANT], list(TASKS), {BASE: dict(have), VARIANT: dict(have)}, dict(have), caps, costs,
-                    BASE, first_look, BATCH)
-        found = wants(book, d)
-        ranked = order([w for w in price(book, found) if not reach(book, w, left)], list(TASKS))
-        if not ranked:
-            why = "reach"
-            break
-        draw = choose(book, ranked, left, steps.get(ranked[0].task, 0))
-        looks += 1
-        task, hi = draw.task, min(draw.target, cap)
-        if hi > have[task]:
-            steps[task] = hi - have[task]
-        before, out = have[task], False
-        while have[task] < hi:  # Rounds._chunks
-            lo = have[task]
-            known = costs.per_pair(VARIANT, task) > 0
-            upto = min(hi, lo + (BATCH if known else min(PROBE, BATCH)))
-            per = costs.expected(VARIANT, task) + (costs.base_rate(task, BASE) or costs.expected(BASE, task))
-            if per > 0:  # Rounds._fit (unmeasured: free)
-                upto = min(upto, lo + int((end - spent) // per))
-            if upto <= lo:
-                out = True
-                break
-            k = upto - lo
-            for name in (BASE, VARIANT):
-                costs.add(name, task, k * SECONDS[name][task], k)
-            spent += k * (SECONDS[BASE][task] + SECONDS[VARIANT][task])
-            have[task] = upto
-            d = decide(codes, r, have)
-            if spent >= end:
-                break
-            if VARIANT in d.failed or task not in d.open.get(VARIANT, {}):
-                break
-        if out or have[task] == before:
-            break
+    while (chunk := plan.next(d, Book([VARIANT], list(TASKS), {BASE: dict(have), VARIANT: dict(have)}, dict(drawn),
+                                      {}, costs, BASE))) is not None:
+        task = chunk.tasks[0]
+        if chunk.target is not None:
+            drawn[task] = max(drawn[task], min(chunk.target, cap))
+        k = (drawn[task] if chunk.upto is None else min(chunk.upto, drawn[task])) - have[task]
+        if k <= 0:
+            continue
+        for name in (BASE, VARIANT):
+            costs.add(name, task, k * SECONDS[name][task], k)
+        clock[0] += k * (SECONDS[BASE][task] + SECONDS[VARIANT][task])
+        have[task] += k
+        d = decide(codes, r, have)  # the gate is a function of the pairs held: re-gated when they change
     verdict = gst.VERDICT[d.verdicts.get(VARIANT, "INCONCLUSIVE")]
-    return Outcome(verdict, spent, dict(have), looks, "decided" if verdict != 1 else why)
+    why = "reach" if plan.stop_reason.startswith(("every check", "sample cap")) else "spent"
+    return Outcome(verdict, clock[0], dict(have), plan.looks, "decided" if verdict != 1 else why)
 
 
 def lockstep(codes: dict[str, np.ndarray], r: int, budget: float) -> Outcome:

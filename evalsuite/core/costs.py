@@ -1,11 +1,15 @@
-"""What the baseline's answers cost a sequential run: pure functions, shared by the planner (``run.rounds``, which
-sizes draws with them) and the report (``report.digest``, which prices "≈+N samples to decide" with them), so both
-count the same seconds. Torch-free.
+"""What deciding costs: the one module that prices a decision, in samples and in seconds, for the gate's decision
+(``gate.decide``: the samples of a task an open check needs, ``task_samples``, ``pooled_samples``), the scheduler
+(``run.schedule`` and ``run.rounds``: what a want, a draw or a chunk costs, ``RunCosts``) and the report
+(``report.deciding``: "≈+N samples to decide, ~M min of budget", ``decision_seconds``), so all three count the same
+samples and seconds. Pure and torch-free.
 
-A stored baseline (``run.baselines``) holds a prefix of each task's stream: those samples cost the baseline
-nothing; the ones past it cost its seconds per sample, as measured in this run once it has ``MIN_MEASURED``
-samples, else as the stored baseline's manifest recorded where they were generated. ``RunCosts`` holds a run's
-measured costs and what its stored baseline holds, and is what the run's meta records (``to_state``)."""
+A check's ``more_needed`` counts its own pairs: a slice check's are scaled to the task's samples, and a pooled
+check's shared over its tasks. Those samples cost the variant its seconds per pair and the baseline its seconds per
+new sample past the prefix of the stream a stored baseline (``run.baselines``) holds, shared by the variants drawing
+them: measured in this run once it has ``MIN_MEASURED`` samples, else as the stored baseline's manifest recorded
+where they were generated. ``RunCosts`` holds a run's measured costs and what its stored baseline holds, and is what
+the run's meta records (``to_state``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -46,11 +50,27 @@ def baseline_rate(stored: StoredBaseline, cost: Sequence[float] | None) -> float
     return measured_rate(cost) or stored.seconds or (cost[0] / cost[1] if cost and cost[1] else 0.0)
 
 
-def baseline_seconds(k: int, drawn: int, stored: StoredBaseline, cost: Sequence[float] | None) -> float:
-    """Seconds the baseline takes to answer the next ``k`` samples of a task after ``drawn``: nothing for those
-    within the ``stored.held`` a stored baseline answers (a run draws each stream in its fixed order, so what is
-    stored is a prefix of it), the rest at ``baseline_rate``."""
-    return max(0, min(k, drawn + k - stored.held)) * baseline_rate(stored, cost)
+def task_samples(more: int, n: int, task_n: int) -> int:
+    """Samples of a task that ``more`` pairs of a check over ``n`` of the task's ``task_n`` paired samples take:
+    a slice holding a third of them needs three task samples per pair (a task-wide check: ``more`` itself)."""
+    return -(-more * task_n // n) if n and task_n > n else more
+
+
+def pooled_samples(more: int, share: int, n: int) -> int:
+    """A pooled check's ``more`` pairs (over ``n`` pooled pairs), the share of a task holding ``share`` of them."""
+    return -(-more * share // n)
+
+
+def baseline_new(k: int, drawn: int, held: int) -> int:
+    """Of the next ``k`` samples of a task after ``drawn``, those past the ``held`` a stored baseline answers: the
+    ones the baseline generates (a run draws each stream in its fixed order, so what is stored is a prefix of it)."""
+    return max(0, min(k, drawn + k - held))
+
+
+def decision_seconds(pairs: int, own: float, base: float, drawn: int = 0, held: int = 0, sharing: int = 1) -> float:
+    """Seconds ``pairs`` more pairs of a task cost a variant: its own at ``own`` seconds a pair, plus its share (one
+    of ``sharing`` variants drawing them) of the baseline's new samples (``baseline_new``) at ``base`` seconds each."""
+    return pairs * own + baseline_new(pairs, drawn, held) * base / max(sharing, 1)
 
 
 @dataclass
@@ -100,17 +120,23 @@ class RunCosts:
         """The baseline ``base``'s seconds per sample past the stored ones (``baseline_rate``)."""
         return baseline_rate(self.stored.get(task, StoredBaseline()), self.pairs.get(f"{base}/{task}"))
 
+    def base_plan_rate(self, task: str, base: str) -> float:
+        """The baseline's seconds per new sample to plan with: ``base_rate``; nothing measured or recorded, the
+        prior (``expected``): a warm run with a new candidate plans its draws past the stored samples at what they
+        will cost, not at nothing."""
+        rate = self.base_rate(task, base)
+        if rate == 0.0 and not self.stored.get(task, StoredBaseline()).seconds and self.per_pair(base, task) == 0.0:
+            rate = self.expected(base, task)
+        return rate
+
     def base_seconds(self, task: str, k: int, drawn: int, base: str) -> float:
-        """Seconds the baseline takes to answer the next ``k`` samples of ``task`` after ``drawn``
-        (``baseline_seconds``): a warm run with a new candidate plans its draws past the stored samples at what
-        they will cost, not at nothing."""
-        stored = self.stored.get(task, StoredBaseline())
-        seconds = baseline_seconds(k, drawn, stored, self.pairs.get(f"{base}/{task}"))
-        if seconds == 0.0 and k > 0 and not stored.seconds and self.per_pair(base, task) == 0.0:
-            seconds = max(0, min(k, drawn + k - stored.held)) * self.expected(base, task)  # unmeasured: a prior
-        return seconds
+        """Seconds the baseline takes to answer the next ``k`` samples of ``task`` after ``drawn``: those past what
+        a stored baseline holds (``baseline_new``), at ``base_plan_rate``."""
+        return baseline_new(k, drawn, self.held(task)) * self.base_plan_rate(task, base)
 
     def need_seconds(self, variant: str, task: str, pairs: int, sharing: int, base: str, drawn: int) -> float:
-        """Seconds ``pairs`` more pairs of ``variant`` on ``task`` cost (after ``drawn`` samples): its own, plus its
-        share of the baseline's (the baseline answers a sample once for the ``sharing`` variants that need it)."""
-        return pairs * self.expected(variant, task) + self.base_seconds(task, pairs, drawn, base) / max(sharing, 1)
+        """Seconds ``pairs`` more pairs of ``variant`` on ``task`` cost (after ``drawn`` samples), its own plus its
+        share of the baseline's (``decision_seconds``: the baseline answers a sample once for the ``sharing``
+        variants that need it)."""
+        return decision_seconds(pairs, self.expected(variant, task), self.base_plan_rate(task, base), drawn,
+                                self.held(task), sharing)

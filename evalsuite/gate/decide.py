@@ -8,11 +8,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Callable
 
+from evalsuite.core.costs import pooled_samples, task_samples
 from evalsuite.core.decision import Decide, Decision
 from evalsuite.core.store import Store
 from evalsuite.gate.policy import Policy
 from evalsuite.gate.store_gate import StoreGate
-from evalsuite.gate.types import POOLED, CheckResult, GateResult, heads_to_fail, task_samples
+from evalsuite.gate.types import POOLED, CheckResult, GateResult, heads_to_fail
 from evalsuite.gate.verdict import undecided
 
 
@@ -90,8 +91,9 @@ def leans_fail(check: CheckResult) -> bool:
 def pairs_to_decide(gate: GateResult, variant: str, task: str,
                     among: Callable[[CheckResult], bool] = lambda c: True) -> int:
     """Samples of ``task`` after which its quickest open check (of those ``among`` selects) would decide
-    (``more_needed``), a slice check's estimate scaled from its own pairs to the task's (a slice with a third of
-    the samples needs three task samples per pair), the pooled check's shared out over its tasks by their pairs.
+    (``more_needed``), priced by ``core.costs``: a slice check's estimate scaled from its own pairs to the task's
+    (``task_samples``: a slice with a third of the samples needs three task samples per pair), the pooled check's
+    shared out over its tasks by their pairs (``pooled_samples``).
     The quickest, not the slowest: one check's FAIL decides the variant, and a PASSed check leaves the others to
     be re-estimated next round."""
     mine = [c for c in gate.checks if c.variant == variant and c.verdict == "INCONCLUSIVE" and c.more_needed
@@ -101,5 +103,5 @@ def pairs_to_decide(gate: GateResult, variant: str, task: str,
     for c in mine:
         share = dict(c.pools).get(task) if c.task == POOLED else None
         if share and c.n:
-            needs.append(-(-c.more_needed * share // c.n))
+            needs.append(pooled_samples(c.more_needed, share, c.n))
     return min(needs, default=0)

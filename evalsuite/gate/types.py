@@ -31,12 +31,6 @@ def heads_to_fail(check: str, observed: float, threshold: float) -> bool:
     return False
 
 
-def task_samples(more: int, n: int, task_n: int) -> int:
-    """Samples of a task that ``more`` pairs of a check over ``n`` of the task's ``task_n`` paired samples take:
-    a slice holding a third of them needs three task samples per pair (a task-wide check: ``more`` itself)."""
-    return -(-more * task_n // n) if n and task_n > n else more
-
-
 @dataclass(frozen=True)
 class CheckResult:
     """One policy check (e.g. max_drop on needle, context_len>=2048) for one variant."""

@@ -1,6 +1,7 @@
-"""What deciding costs, from a report dict by pure functions: the samples and seconds of budget an undecided check
-still needs (``samples_to_decide``, ``seconds_to_decide``), and what a PASS of an undecided variant would take
-(``pass_needs``: every open per-task check decided, so the slowest one per task, over all its tasks).
+"""What deciding costs, read from a report dict: the samples and seconds of budget an undecided check still needs
+(``samples_to_decide``, ``seconds_to_decide``), and what a PASS of an undecided variant would take (``pass_needs``:
+every open per-task check decided, so the slowest one per task, over all its tasks). The prices are
+``core.costs``', the module the scheduler prices its draws with.
 
 The seconds are estimates at the run's measured seconds per pair (``seconds_per_pair``) plus the baseline's share
 past what a stored baseline answers (``baseline_cost``); the samples are the checks' ``more_needed``, which assume
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.core.costs import StoredBaseline, baseline_seconds
+from evalsuite.core.costs import decision_seconds, task_samples
 from evalsuite.core.decision import DEFAULT_CAP
-from evalsuite.gate.types import POOLED, heads_to_fail, task_samples
+from evalsuite.gate.types import POOLED, heads_to_fail
 from evalsuite.stats.types import ALL
 Row = dict[str, Any]  #: a row of the report dict (a check, a stats row, a card): the report modules' one alias
 
@@ -34,7 +35,7 @@ def check_n(r: Row, c: Row) -> int | None:
 
 def samples_to_decide(r: Row, check: Row) -> int | None:
     """About how many more samples would decide an undecided check: its ``more_needed`` pairs, scaled to the
-    task's samples for a slice check (``gate.types.task_samples``: a slice with 16 of the task's 48 pairs needs
+    task's samples for a slice check (``core.costs.task_samples``: a slice with 16 of the task's 48 pairs needs
     three samples per pair); for the pooled check, the pairs of its cheapest task alone (``pooled_route``), else
     over all pooled tasks. None when decided or unknown."""
     more = check.get("more_needed")
@@ -77,16 +78,16 @@ def pooled_route(r: Row, check: Row) -> tuple[str, int] | None:
 
 
 def task_seconds(r: Row, variant: str, task: str, more: int) -> float:
-    """Seconds ``more`` samples of ``task`` take ``variant`` and the baseline: the variant's pairs at its measured
-    seconds per pair; the baseline's only past the samples a stored baseline answers, at its seconds per sample
-    (``baseline_cost``, ``core.costs.baseline_seconds``: a warm run whose baseline generated nothing still prices
-    them); a report without ``baseline_cost``: at the baseline's measured seconds per pair."""
+    """Seconds ``more`` samples of ``task`` take ``variant`` and the baseline (``core.costs.decision_seconds``, as
+    the scheduler prices them): the variant's pairs at its measured seconds per pair; the baseline's only past the
+    samples a stored baseline answers, at its seconds per sample (``baseline_cost``: a warm run whose baseline
+    generated nothing still prices them); a report without ``baseline_cost``: at the baseline's measured seconds
+    per pair."""
     cost, plan = r.get("seconds_per_pair") or {}, (r.get("baseline_cost") or {}).get(task)
-    own = more * cost[f"{variant}/{task}"]
+    own = cost[f"{variant}/{task}"]
     if plan is None:
-        return own + more * cost.get(f"{r['baseline']}/{task}", 0.0)
-    stored = StoredBaseline(int(plan["held"]), float(plan["seconds"]))
-    return own + baseline_seconds(more, int(plan["drawn"]), stored, None)
+        return decision_seconds(more, own, cost.get(f"{r['baseline']}/{task}", 0.0))
+    return decision_seconds(more, own, float(plan["seconds"]), int(plan["drawn"]), int(plan["held"]))
 
 
 def to_decide(check: Row) -> str:

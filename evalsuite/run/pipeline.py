@@ -2,15 +2,22 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence, Union
 
 from evalsuite.core.config import RunConfig
+from evalsuite.core.costs import RunCosts
 from evalsuite.core.decision import Decide
-from evalsuite.run.backend import Backend
+from evalsuite.run.backend import Backend, VariantRef
+from evalsuite.run.prepare import PreparedTask
+from evalsuite.run.rounds import Fixed, Rounds
 from evalsuite.run.runner import Runner
+from evalsuite.run.schedule import Book
 from evalsuite.core.store import Store
 from evalsuite.tasks.registry import Registry
+
+Planner = Union[Fixed, Rounds]  #: what plans a run's draws (``run.rounds``)
 
 
 def new_run_id() -> str:
@@ -45,7 +52,6 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
     budget's clock started (``time.monotonic()``; the CLI passes ``process_started()``; default: now). ``shipped``:
     a read-only shipped baselines folder that seeds the growing one under ``baselines`` (``run.shipped``)."""
     from evalsuite.run.prepare import prepare_tasks
-    from evalsuite.run.rounds import Rounds
     from evalsuite.tasks.registry import default_registry
 
     variants = backend.variants(config.variants)
@@ -56,13 +62,9 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
     fit = getattr(backend, "fit_tasks", None)  # optional: a backend that sizes itself to the tasks before loading
     if fit is not None:
         fit(tasks)
-    rounds = None
-    if config.max_samples is not None or config.budget_s is not None:  # sequential: the budget ends it
-        if decide is None and len(variants) > 1:
-            raise ValueError("a sequential run of variants needs a decision function (decide=)")
-        rounds = Rounds(max_samples=config.max_samples, round_size=config.round_size, budget_s=config.budget_s,
-                        decide=decide, log=log, batch_size=config.batch_size,
-                        started=time.monotonic() if started is None else started)
+    sequential = config.max_samples is not None or config.budget_s is not None  # the budget ends it
+    if sequential and decide is None and len(variants) > 1:
+        raise ValueError("a sequential run of variants needs a decision function (decide=)")
     try:
         identity = backend.load()
         store = Store.open(run_dir) if resume else Store.create(run_dir, config.to_dict())
@@ -84,13 +86,63 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
 
         store.update_state(machine=machine_info())  # why n differs between machines: the report says how fast
         runner = Runner(config, backend, tasks, store, progress=progress, log=log, baseline_source=source)
-        runner.run(variants, rounds)
+        planner = _planner(config, tasks, store, log, time.monotonic() if started is None else started, sequential)
+        drive(runner, variants, planner, decide if sequential and len(variants) > 1 else None)
         if source is not None and source.grow:  # store the baseline's answers, the stored ones and the new
             source.save(store, runner.tasks, variants[0].name)
     finally:
         backend.close()
     store.update_state(finished=time.time())
     return store
+
+
+def _planner(config: RunConfig, tasks: list[PreparedTask], store: Store, log: Callable[[str], None],
+             started: float, sequential: bool) -> Planner:
+    """A fixed run's plan (``run.rounds.Fixed``) or a sequential run's (``run.rounds.Rounds``, continuing from the
+    looks a resumed run's meta counts)."""
+    from evalsuite.run.draws import task_cap
+
+    if not sequential:
+        return Fixed()
+    return Rounds(caps={t.name: task_cap(t, config.max_samples) for t in tasks}, round_size=config.round_size,
+                  budget_s=config.budget_s, log=log, batch_size=config.batch_size, started=started,
+                  looks=int(store.state().rounds))
+
+
+def drive(runner: Runner, variants: Sequence[VariantRef], planner: Planner, decide: Decide | None) -> None:
+    """The one loop of a run: ``runner.start``; while the plan draws (``planner.next`` on the gate's decision,
+    ``decide`` on what is stored (None: nothing to decide), and what is stored), the runner does the draw
+    (``runner.look``) and its measured seconds are counted; the plan's record goes to the run's meta after each
+    draw and at the end; ``runner.end``. A fixed run is one draw of everything (``run.rounds.Fixed``)."""
+    store, names = runner.store, [v.name for v in variants]
+    runner.start(variants, build=planner.builds)
+    source = runner.baseline_source
+    held = ({t.name: source.held(t, runner.backend.settings()) for t in runner.tasks} if source is not None else {})
+    costs = replace(RunCosts.from_state(store.state()), stored=held)  # what the store holds now, not at the last run
+    while (chunk := planner.next(decide(store) if decide is not None else None,
+                                 observe(store, runner.tasks, names, costs))) is not None:
+        for name, task, seconds, pairs in runner.look(chunk, variants):
+            if pairs > 0:
+                costs.add(name, task, seconds, pairs)
+        _record(runner, planner, costs)
+    _record(runner, planner, costs)
+    runner.end(variants, planner.end())
+
+
+def observe(store: Store, tasks: Sequence[PreparedTask], names: Sequence[str], costs: RunCosts) -> Book:
+    """What is stored, as the plan sees it (``run.schedule.Book``): per variant and task the pairs held of the
+    samples drawn, per task the samples drawn, the costs (the caps and draw sizes are the plan's own)."""
+    samples = {t.name: {s.id for s in t.samples} for t in tasks}
+    have = {v: {t: len(store.done_ids(v, t) & ids) for t, ids in samples.items()} for v in names}
+    return Book(list(names[1:] or names[:1]), [t.name for t in tasks], have,
+                {t: len(ids) for t, ids in samples.items()}, {}, costs, names[0])
+
+
+def _record(runner: Runner, planner: Planner, costs: RunCosts) -> None:
+    """The plan's record of the run (looks, draws, why it stopped, costs) in the run's meta (a fixed run: none)."""
+    record = planner.record({t.name: len(t.samples) for t in runner.tasks}, costs)
+    if record:
+        runner.store.update_state(**record)
 
 
 def resume_config(run_dir: Path) -> RunConfig:

@@ -1,4 +1,6 @@
-"""The Runner: baseline first, then every variant, on identical samples; each group stored as it completes.
+"""The Runner: does the draws a plan makes (``look``), baseline first, then each variant, on identical samples;
+each group stored as it completes. It plans nothing and holds no window or deadline: each draw brings its own
+(``run.schedule.Chunk``); ``run.pipeline.drive`` owns the loop and ``run.rounds`` the plans.
 
 It is the one owner, for every backend (``evalsuite.run.backend``), of: which samples are still to do (resume
 continues exactly where a crash stopped; the group in flight is the most that is redone), storing, the refusal to
@@ -12,7 +14,7 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -20,20 +22,44 @@ from evalsuite.errors import StoreMismatch
 from evalsuite.run.backend import Backend, ModelIdentity, VariantRef
 from evalsuite.core.config import RunConfig
 from evalsuite.run.prepare import PreparedTask
+from evalsuite.run.schedule import Chunk, everything
 from evalsuite.core.records import NOISE_SUFFIX, KLDResult, Reference
 from evalsuite.core.store import Store
-from evalsuite.run.verified import VerifyTally, audit
-
-if TYPE_CHECKING:
-    from evalsuite.run.rounds import Rounds
+from evalsuite.run.verified import VerifyTally, audit, note_unverified
 
 #: KLD method code of rows copied from the baseline (``Runner.copy_baseline``)
 SAME_AS_BASELINE = "identical-to-baseline (KL 0 exactly)"
 
 
+@dataclass(frozen=True)
+class Window:
+    """What one pass may work on: each task's first ``upto`` samples (None: all drawn), and no new work after
+    ``deadline`` (``time.monotonic()``; None: none)."""
+
+    upto: int | None = None
+    deadline: float | None = None
+
+    def range(self, task: PreparedTask) -> range:
+        """Indices of ``task``'s samples in the window."""
+        return range(min(len(task.samples), len(task.samples) if self.upto is None else self.upto))
+
+    def passed(self) -> bool:
+        """Whether the deadline (a sequential run's wall-clock budget) has passed."""
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def todo(self, done: set[str], task: PreparedTask) -> list[int]:
+        """Indices of ``task``'s samples in the window whose id is not in ``done``."""
+        return [i for i in self.range(task) if task.samples[i].id not in done]
+
+
+#: one pass of a draw: (variant, task, seconds it took, new pairs it stored)
+Spent = tuple[str, str, float, int]
+
+
 @dataclass
 class Runner:
-    """Runs one RunConfig through one backend into one store."""
+    """Runs one RunConfig through one backend into one store: ``start``, then each draw a plan makes (``look``;
+    ``evalsuite.run.pipeline.drive`` owns the loop), then ``end``."""
 
     config: RunConfig
     backend: Backend
@@ -42,52 +68,90 @@ class Runner:
     progress: bool = True
     log: Callable[[str], None] = print
     baseline_source: Any = None  # evalsuite.run.baselines.BaselineSource, optional
-    deadline: float | None = None  # time.monotonic() after which no new work starts (a sequential budget)
-    spent: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # task -> [seconds, samples] so far
-    limits: dict[str, int] = dataclasses.field(default_factory=dict)  # task -> samples a look may reach (a chunk)
+    finished: set[str] = dataclasses.field(default_factory=set)  # variants recorded and released (``finish``)
 
-    def run(self, variants: Sequence[VariantRef], rounds: Rounds | None = None) -> None:
-        """Generate + score every (variant, task); KLD for every non-baseline variant. With ``rounds`` (an
-        ``evalsuite.run.rounds.Rounds``) the samples come in rounds until the gate has decided."""
+    def run(self, variants: Sequence[VariantRef]) -> None:
+        """A fixed run: every (variant, task) generated and scored, KLD for every non-baseline variant, in one
+        draw of everything (``run.schedule.everything``, as ``run.rounds.Fixed`` plans it)."""
+        self.start(variants)
+        self.look(everything([t.name for t in self.tasks], [v.name for v in variants[1:]]), variants)
+        self.end(variants)
+
+    def start(self, variants: Sequence[VariantRef], build: bool = False) -> None:
+        """Refuse a changed model, tasks or artifact; record the run; import what a stored baseline covers (not
+        generated again). ``build``: build every variant before any task is timed (``copies_baseline`` builds a
+        variant to compare it with the baseline), so that a variant's one-off build (quantizing its weights: ~1 s
+        for w4g64 on 2 cores) is not counted in the seconds per pair of its first task (a sequential run, whose
+        variants stay built across its draws)."""
         self.check_compatible(self.backend.load())
         self.check_artifacts(variants)
         baseline = variants[0]
         self.store.update_state(baseline=baseline.name, variant_order=[v.name for v in variants],
                                 kld_method=self.backend.kld_method, settings=self.backend.settings())
-        self.reuse_baseline(baseline.name)  # what a stored baseline covers is not generated again
-        if rounds is None:
-            for variant in variants:  # one variant built at a time
-                self.round(variants, {variant.name: {t.name for t in self.tasks}})
-                self.finish(variant)
-        else:
-            rounds.drive(self, variants)  # every variant stays built across rounds (memory for fewer builds)
-            for variant in variants:
-                self.finish(variant)
-        if self.config.noise_floor:
-            self.noise_floor(baseline)
+        self.reuse_baseline(baseline.name)
+        for variant in variants[1:] if build else ():
+            self.copies_baseline(variant)
 
-    def round(self, variants: Sequence[VariantRef], active: dict[str, set[str]], task_major: bool = False) -> None:
-        """Generate (and KLD) the samples still to do of the ``active`` tasks of each variant named there; the
-        baseline runs whatever any active variant needs. ``task_major`` goes task by task through every variant
-        (so a deadline cuts all variants alike), else variant by variant (one built variant at a time)."""
+    def look(self, chunk: Chunk, variants: Sequence[VariantRef]) -> list[Spent]:
+        """One draw: each of ``chunk.tasks`` drawn up to ``chunk.target`` samples of its stream (the new samples'
+        answers taken from a stored baseline where it has them), then the baseline and each variant of the chunk,
+        one after another, answer the tasks' first ``chunk.upto`` samples: the baseline starts nothing past
+        ``chunk.deadline``, and every variant then pairs what it answered (it answers nothing no variant pairs).
+        ``chunk.last``: each is finished after its pass (one variant built at a time). Returns each pass's
+        (variant, task, seconds, new pairs)."""
+        tasks, base = [t for t in self.tasks if t.name in chunk.tasks], variants[0]
+        for task in tasks:
+            if chunk.target is not None and chunk.target > len(task.samples):
+                task.draw(chunk.target - len(task.samples))
+                if self.baseline_source is not None:
+                    self.baseline_source.import_into(self.store, task, base.name, self.backend.settings(), quiet=True)
+        spent: list[Spent] = []
+        if chunk.upto == 0:
+            return spent
+        for variant in [base] + [v for v in variants[1:] if v.name in chunk.variants]:
+            window = Window(chunk.upto, chunk.deadline if variant is base else None)
+            for task in tasks:
+                before, t0 = len(self.store.done_ids(variant.name, task.name)), time.monotonic()
+                self.answer(variants, variant, task, window)
+                pairs = len(self.store.done_ids(variant.name, task.name)) - before
+                spent.append((variant.name, task.name, time.monotonic() - t0, pairs))
+            if chunk.last:
+                self.finish(variant)
+        return spent
+
+    def end(self, variants: Sequence[VariantRef], deadline: float | None = None) -> None:
+        """Finish every variant not finished yet; then the noise floor, when asked: the baseline again at another
+        batch size (nothing started past ``deadline``), whose flips and KLD are the floor of what noise does."""
+        for variant in variants:
+            if variant.name not in self.finished:
+                self.finish(variant)
+        if not self.config.noise_floor:
+            return
         baseline = variants[0]
-        kld_batch = max(1, self.config.batch_size // 2)
-        union = set().union(*active.values())
-        wanted = {v.name: (union if v is baseline else set()) | active.get(v.name, set()) for v in variants}
-        pairs = ([(v, t) for t in self.tasks for v in variants] if task_major
-                 else [(v, t) for v in variants for t in self.tasks])
-        for variant, task in pairs:
-            if task.name not in wanted[variant.name] or self.out_of_time():
+        name, other = baseline.name + NOISE_SUFFIX, 1 if self.config.batch_size > 1 else 4
+        self.generate(baseline, name, other, window=Window(deadline=deadline))
+        if self.config.kld:
+            self.kld(baseline, name, baseline.name, other, window=Window(deadline=deadline))
+        self.backend.release(baseline)
+
+    def answer(self, variants: Sequence[VariantRef], variant: VariantRef, task: PreparedTask,
+               window: Window) -> None:
+        """The baseline's answers to ``task``'s samples in ``window`` still to do; then, for another ``variant``,
+        its own: copied where it computes what the baseline computes, else verified where they can be, generated,
+        and their KLD."""
+        baseline = variants[0]
+        for v in [baseline] + ([variant] if variant is not baseline else []):
+            if window.passed():
                 continue
-            if variant is not baseline and self.copies_baseline(variant):
-                self.copy_baseline(baseline.name, variant.name, task)
+            if v is not baseline and self.copies_baseline(v):
+                self.copy_baseline(baseline.name, v.name, task, window)
                 continue
-            if variant is not baseline and self.config.verify:
-                self.verify(variant, baseline.name, task)
-            self.generate(variant, variant.name, self.config.batch_size, [task],
-                          "regenerated" if variant is not baseline and self.config.verify else "generated")
-            if variant is not baseline and self.config.kld and not self.out_of_time():
-                self.kld(variant, variant.name, baseline.name, kld_batch, [task])
+            if v is not baseline and self.config.verify:
+                self.verify(v, baseline.name, task, window)
+            self.generate(v, v.name, self.config.batch_size, [task],
+                          "regenerated" if v is not baseline and self.config.verify else "generated", window)
+            if v is not baseline and self.config.kld and not window.passed():
+                self.kld(v, v.name, baseline.name, max(1, self.config.batch_size // 2), [task], window)
 
     def copies_baseline(self, variant: VariantRef) -> bool:
         """Whether ``variant``'s answers are the baseline's (``Backend.same_as_baseline``; ``--recompute-identical``
@@ -101,9 +165,10 @@ class Runner:
             self.store.update_state(same_as_baseline=same + [variant.name])
         return True
 
-    def copy_baseline(self, baseline: str, name: str, task: PreparedTask) -> None:
-        """Store the baseline's answers to ``task``'s samples as ``name``'s, with KLD 0 on every answer token."""
-        ids = {task.samples[i].id for i in self.window(task)}
+    def copy_baseline(self, baseline: str, name: str, task: PreparedTask, window: Window = Window()) -> None:
+        """Store the baseline's answers to ``task``'s samples in ``window`` as ``name``'s, with KLD 0 on every
+        answer token."""
+        ids = {task.samples[i].id for i in window.range(task)}
         done, kld_done = self.store.done_ids(name, task.name), self.store.kld_done(name, task.name)
         rows = [r for r in self.store.samples(baseline, task.name) if r.sample_id in ids]
         self.store.put_samples(dataclasses.replace(r, variant=name) for r in rows if r.sample_id not in done)
@@ -112,30 +177,18 @@ class Runner:
                                          max(1, r.n_tokens), max(1, r.n_tokens), SAME_AS_BASELINE)
                                for r in rows if r.sample_id not in kld_done)
 
-    def out_of_time(self) -> bool:
-        """Whether the run's deadline (a sequential run's wall-clock budget) has passed."""
-        return self.deadline is not None and time.monotonic() > self.deadline
-
-    def set_deadline(self, deadline: float | None) -> None:
-        """No new work starts after ``deadline`` (``time.monotonic()``; None: none)."""
-        self.deadline = deadline
-
-    def set_limits(self, limits: dict[str, int]) -> None:
-        """Work only on the first ``limits[task]`` samples of a task (a sequential look's chunk; {}: all)."""
-        self.limits = dict(limits)
-
-    def window(self, task: PreparedTask) -> range:
-        """Indices of ``task``'s samples this call may work on (``limits``)."""
-        return range(min(len(task.samples), self.limits.get(task.name, len(task.samples))))
-
-    def reorder(self, names: Sequence[str]) -> None:
-        """Take the tasks in this order from now on (a new list: the list the Runner was given is left as is)."""
-        by_name = {t.name: t for t in self.tasks}
-        self.tasks = [by_name[n] for n in names]
-
     def finish(self, variant: VariantRef) -> None:
-        """Record the variant's bytes and timings, then free it."""
-        self.record_info(variant, variant.name)
+        """Record the variant's bytes and speed probe (without a probe, the medians of its stored samples' TTFT and
+        inter-token latency), then free it."""
+        info = self.backend.info(variant, variant.name)
+        if info.speed_probe is None:
+            rows = self.store.samples(variant.name)
+            ttft = [r.ttft_s for r in rows if r.ttft_s is not None]
+            itl = [r.itl_s for r in rows if r.itl_s is not None]
+            info = dataclasses.replace(info, ttft_s=statistics.median(ttft) if ttft else None,
+                                       itl_s=statistics.median(itl) if itl else None)
+        self.store.put_variant(info)
+        self.finished.add(variant.name)
         self.backend.release(variant)
         gc.collect()
 
@@ -166,11 +219,6 @@ class Runner:
         if now:
             self.store.update_state(artifact_fingerprints={**stored, **now})
 
-    def todo(self, name: str, task: PreparedTask) -> list[int]:
-        """Indices of ``task``'s samples not yet stored for ``name``."""
-        done = self.store.done_ids(name, task.name)
-        return [i for i in self.window(task) if task.samples[i].id not in done]
-
     def reuse_baseline(self, name: str) -> None:
         """Import a matching stored baseline's samples, task by task (a mismatch is logged or, strict, raised)."""
         if self.baseline_source is None:
@@ -179,83 +227,65 @@ class Runner:
             if self.baseline_source.import_into(self.store, task, name, self.backend.settings()):
                 self.log(f"{name}/{task.name}: reused stored baseline")
 
-    def verify(self, variant: VariantRef, baseline: str, task: PreparedTask) -> None:
-        """Verified answers (and their KLD, from the same pass) for the samples whose baseline answer can be
-        verified (``run.verify``); what cannot be (sampling, rows without ids) is left to ``generate``."""
+    def verify(self, variant: VariantRef, baseline: str, task: PreparedTask, window: Window = Window()) -> None:
+        """Verified answers (and their KLD, from the same pass) for the samples in ``window`` whose baseline answer
+        can be verified (``run.verify``); what cannot be (sampling, rows without ids) is left to ``generate``."""
         why = self.backend.verifies(variant)
         if why or task.gen.temperature > 0 or task.gen.n != 1:
-            return self.note_unverified(variant.name, task.name, why or "sampled or pass@k generations")
+            return note_unverified(self.store, self.log, variant.name, task.name, why or "sampled or pass@k generations")
         base = {r.sample_id: r for r in self.store.samples(baseline, task.name) if r.stop}
-        done = self.store.done_ids(variant.name, task.name)
-        todo = [i for i in self.window(task) if task.samples[i].id not in done and task.samples[i].id in base]
+        todo = [i for i in window.todo(self.store.done_ids(variant.name, task.name), task)
+                if task.samples[i].id in base]
         if not todo:
             return None
         rows = [base[task.samples[i].id] for i in todo]
         refs = [Reference(tuple(r.token_ids), r.stop) for r in rows]
         bar = tqdm(total=len(todo), desc=f"verify {variant.name} · {task.name}", disable=not self.progress,
                    leave=False)
-        started, cost = time.monotonic(), self.spent.setdefault(task.name, [0.0, 0])
         tally = VerifyTally(self.store, variant.name, task.name)
         for got in self.backend.verify(variant, variant.name, task, todo, refs, [r.output for r in rows],
                                        self.config.batch_size):
-            cost[0], cost[1] = cost[0] + time.monotonic() - started, cost[1] + len(got)
-            started = time.monotonic()
             self.store.put_samples(s for s, _, _ in got)
             if self.config.kld:
                 self.store.put_kld(k for _, k, _ in got)
             tally.add(v for _, _, v in got)
             bar.update(len(got))
-            if self.out_of_time():
+            if window.passed():
                 break
         bar.close()
         tally.save()
-        if self.config.verify_audit > 0 and not self.out_of_time():
+        if self.config.verify_audit > 0 and not window.passed():
             audit(self, variant, task, self.config.verify_audit)
         return None
 
-    def note_unverified(self, name: str, task: str, why: str) -> None:
-        """Log once per (variant, task) why its answers are regenerated, and keep the reason in the meta."""
-        notes = self.store.state().unverified
-        if notes.get(name, {}).get(task) != why:
-            self.log(f"{name}/{task}: answers regenerated, not verified: {why}")
-            notes.setdefault(name, {})[task] = why
-            self.store.update_state(unverified=notes)
-
     def generate(self, variant: VariantRef, name: str, batch_size: int,
-                 tasks: Sequence[PreparedTask] | None = None, decode: str = "generated") -> None:
-        """Generate the samples still to do, storing each group as the backend completes it (``decode``: how the
-        stored rows say they were obtained). Nothing starts past the deadline: rows that verification left when the
-        budget ran out wait for a later run instead of being regenerated (a needle row prefills its whole prompt)."""
+                 tasks: Sequence[PreparedTask] | None = None, decode: str = "generated",
+                 window: Window = Window()) -> None:
+        """Generate the samples in ``window`` still to do, storing each group as the backend completes it
+        (``decode``: how the stored rows say they were obtained). Nothing starts past the window's deadline: rows
+        that verification left when the budget ran out wait for a later run instead of being regenerated (a needle
+        row prefills its whole prompt)."""
         for task in self.tasks if tasks is None else tasks:
-            todo = self.todo(name, task)
-            if not todo or self.out_of_time():
+            todo = window.todo(self.store.done_ids(name, task.name), task)
+            if not todo or window.passed():
                 continue
             bar = tqdm(total=len(todo), desc=f"{name} · {task.name}", disable=not self.progress, leave=False)
-            started, cost = time.monotonic(), self.spent.setdefault(task.name, [0.0, 0])
             for rows in self.backend.generate(variant, name, task, todo, batch_size):
-                cost[0], cost[1] = cost[0] + time.monotonic() - started, cost[1] + len(rows)
-                started = time.monotonic()
                 done = self.store.done_ids(name, task.name)  # a retried shard may repeat stored rows
                 self.store.put_samples(dataclasses.replace(r, decode=decode) for r in rows
                                        if r.sample_id not in done)
                 bar.update(len(rows))
-                if self.out_of_time():
-                    break  # what is stored stays; the rest of this round is not generated
+                if window.passed():
+                    break  # what is stored stays; the rest of this pass is not generated
             bar.close()
 
-    def cost_per_sample(self, task: str) -> float | None:
-        """Mean seconds one variant took to generate one sample of ``task`` in this process (None: not yet run)."""
-        seconds, samples = self.spent.get(task, (0.0, 0))
-        return seconds / samples if samples else None
-
     def kld(self, variant: VariantRef, name: str, baseline: str, batch_size: int,
-            tasks: Sequence[PreparedTask] | None = None) -> None:
-        """KLD of ``variant`` over the baseline's stored answers, for the samples not yet measured."""
+            tasks: Sequence[PreparedTask] | None = None, window: Window = Window()) -> None:
+        """KLD of ``variant`` over the baseline's stored answers, for the samples in ``window`` not yet measured."""
         for task in self.tasks if tasks is None else tasks:
             base_out = {r.sample_id: r.output for r in self.store.samples(baseline, task.name)}
-            done = self.store.kld_done(name, task.name)
-            todo = [i for i in self.window(task) if task.samples[i].id not in done
-                    and task.samples[i].id in base_out]
+            todo = [i for i in window.todo(self.store.kld_done(name, task.name), task)
+                    if task.samples[i].id in base_out]
             if not todo:
                 continue
             answers = [base_out[task.samples[i].id] for i in todo]
@@ -264,28 +294,6 @@ class Runner:
                 done = self.store.kld_done(name, task.name)
                 self.store.put_kld(r for r in rows if r.sample_id not in done)
                 bar.update(len(rows))
-                if self.out_of_time():
+                if window.passed():
                     break
             bar.close()
-
-    def record_info(self, variant: VariantRef, name: str) -> None:
-        """The backend's byte figures and speed probe; without a probe, the medians of the stored samples' TTFT /
-        inter-token latency."""
-        info = self.backend.info(variant, name)
-        if info.speed_probe is not None:
-            self.store.put_variant(info)
-            return
-        rows = self.store.samples(name)
-        ttft = [r.ttft_s for r in rows if r.ttft_s is not None]
-        itl = [r.itl_s for r in rows if r.itl_s is not None]
-        self.store.put_variant(dataclasses.replace(info, ttft_s=statistics.median(ttft) if ttft else None,
-                                                   itl_s=statistics.median(itl) if itl else None))
-
-    def noise_floor(self, baseline: VariantRef) -> None:
-        """The baseline again at another batch size: its flips and KLD are the floor of what noise does."""
-        name = baseline.name + NOISE_SUFFIX
-        other = 1 if self.config.batch_size > 1 else 4
-        self.generate(baseline, name, other)
-        if self.config.kld:
-            self.kld(baseline, name, baseline.name, other)
-        self.backend.release(baseline)

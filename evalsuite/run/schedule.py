@@ -1,6 +1,7 @@
 """Where a sequential run draws next: after every look, each open check's need is priced in seconds and the next
 draw goes to the (task, variant) whose decision is cheapest. Pure functions of the gate's ``Decision``, the
-measured costs (``core.costs.RunCosts``) and what is stored; ``run.rounds`` executes the draws.
+measured costs (``core.costs.RunCosts``) and what is stored; ``run.rounds`` plans each draw's chunks
+(``Chunk``) and ``run.runner.Runner.look`` executes them.
 
 A want is one variant's reason to draw one task, ranked:
 
@@ -58,6 +59,28 @@ class Draw:
     variants: tuple[str, ...]
     target: int
     why: str
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What the runner does next (``run.runner.Runner.look``): each of ``tasks`` drawn up to ``target`` samples of
+    its stream (None: as drawn), then the baseline and each of ``variants`` answer the first ``upto`` samples of
+    each (None: all drawn; 0: none, a draw only); the baseline starts nothing past ``deadline``
+    (``time.monotonic()``; None: none) and the variants pair what it answered. ``last``: each is finished (recorded,
+    released) after its pass, so one variant is built at a time."""
+
+    tasks: tuple[str, ...]
+    variants: tuple[str, ...] = ()
+    upto: int | None = None
+    deadline: float | None = None
+    target: int | None = None
+    last: bool = False
+
+
+def everything(tasks: Sequence[str], variants: Sequence[str]) -> Chunk:
+    """A fixed run's one draw: every task, every variant, all drawn samples, no deadline, each variant finished
+    after its pass."""
+    return Chunk(tuple(tasks), tuple(variants), last=True)
 
 
 @dataclass(frozen=True)

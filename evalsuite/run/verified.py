@@ -8,7 +8,7 @@ samples (a seeded fraction of the verified ones, regenerated in full) and how ma
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from evalsuite.run.prepare import PreparedTask
 from evalsuite.core.store import Store
@@ -64,3 +64,12 @@ def audit(runner: Any, variant: Any, task: PreparedTask, fraction: float) -> Non
                 entry["differ"].append(r.sample_id)
     store.update_state(verify_audit=audits)
     runner.log(f"{name}/{task.name}: audit regenerated {entry['n']} verified samples, {entry['same']} identical")
+
+
+def note_unverified(store: Store, log: Callable[[str], None], name: str, task: str, why: str) -> None:
+    """Log once per (variant, task) why its answers are regenerated, and keep the reason in the run's meta."""
+    notes = store.state().unverified
+    if notes.get(name, {}).get(task) != why:
+        log(f"{name}/{task}: answers regenerated, not verified: {why}")
+        notes.setdefault(name, {})[task] = why
+        store.update_state(unverified=notes)

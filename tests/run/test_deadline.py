@@ -11,8 +11,8 @@ import pytest
 
 from evalsuite.core.decision import Decision
 from evalsuite.core.store import Store
-from evalsuite.run.rounds import Rounds
-from tests.run.test_decide import VARIANTS, _runner
+from evalsuite.run.pipeline import drive
+from tests.run.test_decide import VARIANTS, _rounds, _runner
 
 
 def test_process_started_counts_the_interpreter_start_and_the_imports():
@@ -34,11 +34,12 @@ def test_time_spent_loading_leaves_less_for_the_looks(tmp_path, loading_s, pairs
     start), the 5 s left afford none: nothing starts, the baseline included, and the look is out of reach."""
     runner = _runner(tmp_path)
     runner.store.update_state(round_costs={"bf16/copy": [20.0, 8], "v/copy": [20.0, 8]})
-    rounds = Rounds(round_size=16, batch_size=32, budget_s=100.0, reserve_s=5.0, decide=_open_forever,
-                    log=lambda s: None, started=time.monotonic() - loading_s)
-    rounds.drive(runner, VARIANTS)
+    rounds = _rounds(runner, round_size=16, batch_size=32, budget_s=100.0, reserve_s=5.0,
+                     started=time.monotonic() - loading_s)
+    drive(runner, VARIANTS, rounds, _open_forever)
     assert len(runner.store.done_ids("v", "copy")) == pairs == len(runner.store.done_ids("bf16", "copy"))
-    assert runner.deadline == rounds.started + 95.0  # the looks end before the reserve
+    assert rounds.end() == rounds.started + 95.0  # the looks end before the reserve
+    assert set(runner.deadlines) <= {rounds.end()}  # every chunk's baseline pass ends there
     state = runner.store.state()
     assert state.stop_reason == "every check decided or out of reach"
     assert "more than the" in state.stopped["v"]["copy"] and "of budget left" in state.stopped["v"]["copy"]

@@ -247,13 +247,13 @@ def test_bad_budgets_and_caps_are_one_line_exit_2(tmp_path, args, says):
 @pytest.mark.slow
 def test_variants_are_built_before_their_first_task_is_timed(tiny, tmp_path, policy, monkeypatch):
     """A variant's one-off build (quantizing its weights) is not counted as the cost of its first task's pairs."""
-    from evalsuite.run.rounds import Rounds
+    from evalsuite.run.runner import Runner
 
     backend, events = InProcessBackend.of(tiny, seed=1234), []
-    built, timed = backend.built, Rounds._timed
+    built, timed = backend.built, Runner.answer
     monkeypatch.setattr(backend, "built", lambda spec: events.append(("built", spec.name)) or built(spec))
-    monkeypatch.setattr(Rounds, "_timed", lambda self, runner, variants, name, task: (
-        events.append(("timed", name)), timed(self, runner, variants, name, task))[1])
+    monkeypatch.setattr(Runner, "answer", lambda self, variants, variant, task, window: (
+        events.append(("timed", variant.name)), timed(self, variants, variant, task, window))[1])
     config = RunConfig(model="tiny", variants=VARIANTS, tasks=["copy"], batch_size=8, max_samples=40, round_size=20)
     execute(config, tmp_path / "r", False, backend, progress=False, log=lambda s: None, registry=_registry(),
             decide=store_decider(policy))
@@ -264,19 +264,17 @@ def test_variants_are_built_before_their_first_task_is_timed(tiny, tmp_path, pol
 def test_a_warm_run_plans_the_baselines_new_samples_at_what_they_cost():
     """Samples a stored baseline holds cost the baseline nothing; past them it generates, at its seconds per
     sample measured in this run (from 8 samples on), else as recorded where the stored ones were generated."""
-    from evalsuite.core.costs import StoredBaseline
-    from evalsuite.run.rounds import Rounds
+    from evalsuite.core.costs import RunCosts, StoredBaseline
 
-    r = Rounds(budget_s=100.0, log=lambda s: None)
-    r.caps, r.costs.stored = {"t": 1000}, {"t": StoredBaseline(held=48, seconds=4.0)}
-    r.costs.pairs = {"v/t": [16.0, 16]}  # the variant: 1 s a pair; the baseline generated nothing yet (imported)
-    assert r.costs.base_seconds("t", 32, 16, "bf16") == 0.0  # samples 16-47: all stored
-    assert r.costs.base_seconds("t", 32, 32, "bf16") == 16 * 4.0  # 32-63: 48-63 generated
-    assert r.costs.need_seconds("v", "t", 32, 2, "bf16", 48) == 32 * 1.0 + 32 * 4.0 / 2  # shared by two variants
-    r.costs.pairs["bf16/t"] = [1.0, 1]  # one sample when the budget cut its batch short: not trusted
-    assert r.costs.base_seconds("t", 8, 48, "bf16") == 8 * 4.0
-    r.costs.pairs["bf16/t"] = [16.0, 8]
-    assert r.costs.base_seconds("t", 8, 48, "bf16") == 8 * 2.0  # measured here, from 8 samples on
+    costs = RunCosts(stored={"t": StoredBaseline(held=48, seconds=4.0)})
+    costs.pairs = {"v/t": [16.0, 16]}  # the variant: 1 s a pair; the baseline generated nothing yet (imported)
+    assert costs.base_seconds("t", 32, 16, "bf16") == 0.0  # samples 16-47: all stored
+    assert costs.base_seconds("t", 32, 32, "bf16") == 16 * 4.0  # 32-63: 48-63 generated
+    assert costs.need_seconds("v", "t", 32, 2, "bf16", 48) == 32 * 1.0 + 32 * 4.0 / 2  # shared by two variants
+    costs.pairs["bf16/t"] = [1.0, 1]  # one sample when the budget cut its batch short: not trusted
+    assert costs.base_seconds("t", 8, 48, "bf16") == 8 * 4.0
+    costs.pairs["bf16/t"] = [16.0, 8]
+    assert costs.base_seconds("t", 8, 48, "bf16") == 8 * 2.0  # measured here, from 8 samples on
 
 
 

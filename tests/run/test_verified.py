@@ -135,15 +135,18 @@ def _rounds_run(loaded, run_dir, variants, tasks, backend):
     from evalsuite.core.config import RunConfig
     from evalsuite.core.store import Store
     from evalsuite.gate.decide import store_decider
+    from evalsuite.run.draws import task_cap
+    from evalsuite.run.pipeline import drive
     from evalsuite.run.rounds import Rounds
     from evalsuite.run.runner import Runner
 
     config = RunConfig(model="tiny", variants=list(variants), tasks=[t.name for t in tasks], batch_size=4,
                        max_samples=len(tasks[0].samples), round_size=len(tasks[0].samples))
     store = Store.create(run_dir, config.to_dict())
-    rounds = Rounds(max_samples=config.max_samples, round_size=config.round_size, decide=store_decider(None),
+    rounds = Rounds(caps={t.name: task_cap(t, config.max_samples) for t in tasks}, round_size=config.round_size,
                     log=lambda s: None, batch_size=4)
-    Runner(config, backend, tasks, store, progress=False, log=lambda s: None).run(backend.variants(variants), rounds)
+    runner = Runner(config, backend, tasks, store, progress=False, log=lambda s: None)
+    drive(runner, backend.variants(variants), rounds, store_decider(None))
     return store
 
 
@@ -227,7 +230,7 @@ def test_the_baselines_side_is_computed_once_per_sample_across_variants(tokenize
         assert {r.sample_id: r.output for r in on.samples(v)} == {r.sample_id: r.output for r in off.samples(v)}
 
 
-def test_a_deadline_during_verification_regenerates_nothing(tokenizer, tmp_path):
+def test_a_deadline_during_verification_regenerates_nothing(tokenizer, tmp_path, monkeypatch):
     """When the budget runs out while a variant's answers are being verified, the rows not verified yet wait for
     a later run: none is regenerated past the deadline (a regenerated needle row prefills its whole prompt: 86 s
     over a 9-minute budget for 9 rows, measured)."""
@@ -241,17 +244,21 @@ def test_a_deadline_during_verification_regenerates_nothing(tokenizer, tmp_path)
     config = RunConfig(model=loaded.name, variants=["bf16", "kv4g32r8"], tasks=[t.name for t in tasks], batch_size=2)
     store = Store.create(tmp_path / "r", config.to_dict())
     backend = InProcessBackend.of(loaded, seed=config.seed, max_batch_tokens=64)
+    from evalsuite.run.runner import Window
+
     runner = Runner(config, backend, tasks, store, progress=False, log=lambda s: None)
-    verify = backend.verify
+    verify, expired = backend.verify, [False]
 
     def verify_then_expire(*args, **kw):
         for rows in verify(*args, **kw):
-            runner.set_deadline(time.monotonic() - 1)  # the budget ends with the first verified batch
+            expired[0] = True  # the budget ends with the first verified batch
             yield rows
 
     backend.verify = verify_then_expire
+    monkeypatch.setattr(Window, "passed", lambda self: expired[0])
     variants = backend.variants(config.variants)
-    runner.round(variants, {"kv4g32r8": {t.name for t in tasks}}, task_major=True)
+    for task in tasks:
+        runner.answer(variants, variants[1], task, Window(deadline=time.monotonic() + 3600.0))
     rows = store.samples("kv4g32r8")
     assert 0 < len(rows) < 8 and len(store.samples("bf16")) == 8
     assert {r.decode.split("@")[0] for r in rows} <= {"verified", "diverged"}  # nothing regenerated
