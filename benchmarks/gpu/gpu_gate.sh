@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (issue 63 item 6; docs/gpu-gate.md): evalsuite's CUDA paths end to end on one GPU, from a bare
 # machine with the checkout and the GPU bundle (`make gpu-bundle`: wheels and a model, .cache/gpu-bundle, 64 MiB
-# with the checkout). Steps, their timeouts and what each checks: benchmarks/gpu_gate.py. The bundle's wheels are
+# with the checkout). Steps, their timeouts and what each checks: benchmarks/gpu/gpu_gate.py. The bundle's wheels are
 # installed offline into /tmp/site; evalsuite is imported from this working tree.
 #
 #   bash benchmarks/gpu/gpu_gate.sh --dry-run            # the bundle's size and the steps that would run; runs nothing

