@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = requested(args)
     if args.dry_run:
         return dry_run(args, steps)
-    from gpu_steps import Check
+    from benchmarks.gpu.gpu_steps import Check
 
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-gate-"))
     check = Check(args, work, gguf_source(args), {n: t for n, (t, _) in STEPS.items()})
