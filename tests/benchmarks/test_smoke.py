@@ -157,7 +157,7 @@ def test_script_runs_at_its_smallest_size(case: Case, tmp_path: Path) -> None:
         pytest.skip(f"benchmarks/{case.script}: {why}")
     if case.script == "gating/pair_signal.py":  # a committed stored run, copied: opening a store may write to it
         shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "sequential" / "run", tmp_path / "run")
-    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    env = {**{k: v for k, v in os.environ.items() if k != "OUT"}, "PYTHON": sys.executable}  # the .sh scripts' Python
     env.update({k: v.replace("{tmp}", str(tmp_path)) for k, v in case.env.items()})
     proc = subprocess.run(case.command(tmp_path), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
