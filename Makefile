@@ -103,14 +103,14 @@ selftest: setup
 	  print('selftest:', v, 'as expected' if ok else 'NOT as expected (w4g32 must PASS, w2g32 must FAIL)'); \
 	  sys.exit(0 if ok else 1)"
 
-# `make gpu-bundle`: what the GPU check (benchmarks/gpu_gate.sh, docs/gpu-gate.md) needs beyond the checkout and the
+# `make gpu-bundle`: what the GPU check (benchmarks/gpu/gpu_gate.sh, docs/gpu-gate.md) needs beyond the checkout and the
 # GPU machine's image: the wheels that image lacks (optimum-quanto, gguf, jsonschema and their needs, at this venv's
 # versions) and the embedded model cut to 8 of its 30 layers (real weights, 47 MiB), in GPU_BUNDLE (ignored by git:
 # carry it). Then the dry run: the bundle's size with the checkout against the 64 MiB that may travel, and the steps.
 GPU_BUNDLE ?= .cache/gpu-bundle
 gpu-bundle: setup
-	$(PY) benchmarks/gpu_bundle.py --out $(GPU_BUNDLE)
-	PYTHON=$(PY) bash benchmarks/gpu_gate.sh --dry-run --bundle $(GPU_BUNDLE)
+	$(PY) -m benchmarks.gpu.gpu_bundle --out $(GPU_BUNDLE)
+	PYTHON=$(PY) bash benchmarks/gpu/gpu_gate.sh --dry-run --bundle $(GPU_BUNDLE)
 
 # Headless Chromium for the report's browser test (Debian package; skipped where apt-get is unavailable).
 browser:

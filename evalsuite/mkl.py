@@ -9,7 +9,7 @@ variants, regeneration at batch 8 = at 16 about as often: docs/verification.md).
 
 MKL's Conditional Numerical Reproducibility in strict mode (``MKL_CBWR=AUTO,STRICT``) fixes the order of every
 reduction whatever the threads and the shape: the probe passes on that machine, and float32 GEMMs are about as fast
-(``benchmarks/mkl_cbwr.py``, 3 alternating rounds: 2,048 x 576 x 1,536 at 348 GFLOP/s strict against 356 default,
+(``benchmarks/cpu/mkl_cbwr.py``, 3 alternating rounds: 2,048 x 576 x 1,536 at 348 GFLOP/s strict against 356 default,
 0.98x; a 16-row call 152 us against 176 us).
 
 Who sets it: the command line (``evalsuite.cli.main``) first thing, and ``models.load_model`` before it loads a

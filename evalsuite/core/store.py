@@ -189,7 +189,7 @@ class Store:
 
 def _dumps(value: Any) -> str:
     """A JSON column's text; an empty dict / list / tuple (most rows' metrics, outputs, token ids) without the
-    encoder (100,000-row stores: ``benchmarks/compare_logs.py``)."""
+    encoder (100,000-row stores: ``benchmarks/gating/compare_logs.py``)."""
     if not value and type(value) in (dict, list, tuple):
         return "{}" if type(value) is dict else "[]"
     return json.dumps(value)

@@ -22,7 +22,7 @@ Two kernels, registered with transformers' ``AttentionInterface`` as ``NAME``:
   explicit mask of that row otherwise. The kernel depends on the row only, so a prompt's K/V are the same in any
   batch.
 
-Measured on a 2-core AVX-512-BF16 EPYC (SmolLM2-135M, ``benchmarks/decode_attention.py``): see docs/verification.md.
+Measured on a 2-core AVX-512-BF16 EPYC (SmolLM2-135M, ``benchmarks/cpu/decode_attention.py``): see docs/verification.md.
 Other devices, additive masks, soft-capping, sinks and ``output_attentions`` keep transformers' SDPA (and
 ``models.invariance.invariant`` is False there), and so does a model on a CPU whose matmuls fail the probe at its
 shapes and dtype (bf16 on CPUs with AMX, ``evalsuite.onednn``): there these kernels cannot make a row's logits
@@ -50,7 +50,7 @@ from evalsuite.models.invariance import (BLOCK, MIN_KEYS, MIN_ROWS, NAME, head_d
 SDPA_GQA = "evalsuite_sdpa_gqa"
 from evalsuite.models.packed import pack_linears
 
-#: bytes of one slice's float32 scores in ``cached_attention`` (measured: benchmarks/decode_attention.py)
+#: bytes of one slice's float32 scores in ``cached_attention`` (measured: benchmarks/cpu/decode_attention.py)
 SLICE_BYTES = 1 << 20
 FIXED = 2.0 ** 24  #: the denominator's fixed-point grid (a float32 integer per key; exact sums up to 2**29 keys)
 _PREFILL: ContextVar[bool] = ContextVar("evalsuite_prompt_prefill", default=False)

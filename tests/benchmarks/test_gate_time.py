@@ -1,23 +1,15 @@
-"""benchmarks/gate_time.py's store readers: decode-path shares and verified-vs-regenerated agreement (no model)."""
+"""benchmarks/throughput/gate_time.py's store readers: decode-path shares and verified-vs-regenerated agreement (no
+model)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+import importlib
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def gate_time():
-    spec = importlib.util.spec_from_file_location("benchmarks_gate_time", ROOT / "benchmarks" / "gate_time.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    return importlib.import_module("benchmarks.throughput.gate_time")
 
 
 def _row(variant, sid, output="a", decode=None, where="column"):

@@ -1,23 +1,14 @@
-"""benchmarks/gpu_decode.py in its tiny CPU mode: the table has every (row, context) and the plan's prediction."""
+"""benchmarks/gpu/gpu_decode.py in its tiny CPU mode: the table has every (row, context) and the plan's prediction."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+import importlib
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def gpu_decode():
-    spec = importlib.util.spec_from_file_location("benchmarks_gpu_decode", ROOT / "benchmarks" / "gpu_decode.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    return importlib.import_module("benchmarks.gpu.gpu_decode")
 
 
 def _table_rows(table: str) -> list[list[str]]:

@@ -1,10 +1,9 @@
-"""benchmarks/gpu_gate.py: the exit status is 0 only when every step asked for ran and passed (a step skipped for a
+"""benchmarks/gpu/gpu_gate.py: the exit status is 0 only when every step asked for ran and passed (a step skipped for a
 missing package or device fails the check; vLLM left to its default is skipped quietly where it is absent); the dry
 run lists the bundle's size against the 64 MiB that may travel and the steps; the bundle's model is the embedded
 GGUF cut to some layers, byte for byte; the tiny CPU mode runs end to end."""
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -14,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.gpu import gpu_bundle, gpu_gate, gpu_steps
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-gpu_gate = importlib.import_module("gpu_gate")
-gpu_steps = importlib.import_module("gpu_steps")
-gpu_bundle = importlib.import_module("gpu_bundle")
+GATE_SH = ROOT / "benchmarks" / "gpu" / "gpu_gate.sh"
 
 
 def test_defaults_count_every_step_but_a_vllm_nobody_asked_for():
@@ -93,7 +91,7 @@ def _bundle(tmp_path, model_bytes):
 @pytest.mark.parametrize("mib,code,word", [(40, 0, "fits"), (65, 1, "DOES NOT FIT")])
 def test_the_dry_run_lists_the_bundle_against_the_limit_and_the_steps(tmp_path, mib, code, word):
     bundle = _bundle(tmp_path, mib << 20)
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_gate.sh"), "--dry-run", "--bundle", str(bundle)],
+    proc = subprocess.run(["bash", str(GATE_SH), "--dry-run", "--bundle", str(bundle)],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHON": sys.executable})
     assert proc.returncode == code, proc.stdout + proc.stderr
@@ -134,7 +132,7 @@ def test_tiny_mode_gates_in_process_and_prints_the_table(tmp_path: Path) -> None
     env = {**os.environ, "OUT": str(tmp_path / "out"), "WHEELS": str(tmp_path / "no-wheels"),
            "GPU_BUNDLE": str(tmp_path / "no-bundle"), "PYTHON": sys.executable}
     env.pop("EVALSUITE_HOME", None)
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_gate.sh"), "--tiny", "--no-vllm", "--work",
+    proc = subprocess.run(["bash", str(GATE_SH), "--tiny", "--no-vllm", "--work",
                            str(tmp_path / "work")], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -39,7 +39,7 @@ def test_other_commands_refuse_a_bad_device_before_loading(command, tmp_path, mo
 
 
 def test_export_lm_eval_checks_the_spelling_only(tmp_path):
-    pytest.importorskip("lm_eval")  # absent on the GPU check's machine (benchmarks/cuda_tests.txt)
+    pytest.importorskip("lm_eval")  # absent on the GPU check's machine (benchmarks/gpu/cuda_tests.txt)
     from evalsuite.cli import cli
 
     res = CliRunner().invoke(cli, ["export-lm-eval", "json", str(tmp_path / "x"), "--device", "gpu0"],

@@ -1,23 +1,15 @@
-"""A small run of benchmarks/gate_simulation.py: the sequential gate keeps its error rates under repeated looks."""
+"""A small run of benchmarks/sim/gate_simulation.py: the sequential gate keeps its error rates under repeated looks."""
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "gate_simulation.py"
-
 
 @pytest.fixture(scope="module")
 def sim():
-    spec = importlib.util.spec_from_file_location("gate_simulation", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gate_simulation", mod)  # dataclasses look their module up there
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    from benchmarks.sim import gate_simulation
+
+    return gate_simulation
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +48,7 @@ def test_bulk_agrees_with_gate_run(rows, sim) -> None:
     assert agree == total
 
 
-# --- several tasks per variant, through the real gate (benchmarks/gate_simulation_tasks.py) ---------------------
+# --- several tasks per variant, through the real gate (benchmarks/sim/gate_simulation_tasks.py) -----------------
 
 REPS = 300
 
@@ -69,7 +61,7 @@ def mc_error(alpha: float) -> float:
 
 @pytest.fixture(scope="module")
 def multi(sim):
-    import gate_simulation_tasks as m  # beside gate_simulation.py, which put its folder on sys.path
+    from benchmarks.sim import gate_simulation_tasks as m
 
     m.memoize_numerics()
     (sc,) = [s for s in m.scenarios((0.05,)) if s.label == "1.0x every tolerance"]
@@ -109,16 +101,14 @@ def test_the_family_guarantee_is_stated_and_named(multi) -> None:
     assert {round(c.alpha, 6) for c in g.checks if c.check == "max_drop"} == {0.0025}
 
 
-# --- the KLD dimension (benchmarks/gate_simulation_kld.py) ---------------------------------------------------------
+# --- the KLD dimension (benchmarks/sim/gate_simulation_kld.py) -----------------------------------------------------
 
 KLD_REPS = 150
 
 
 @pytest.fixture(scope="module")
 def kld_run():
-    if str(_PATH.parent) not in sys.path:
-        sys.path.insert(0, str(_PATH.parent))
-    import gate_simulation_kld as k  # benchmarks/, beside gate_simulation_tasks.py
+    from benchmarks.sim import gate_simulation_kld as k
 
     k.gst.memoize_numerics()
 
