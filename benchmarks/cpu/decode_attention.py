@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from evalsuite.cli.run_cmd import parse_params
 from evalsuite.core.config import RunConfig
 from evalsuite.engine.generate import iter_generate, shared_prefix_len
 from evalsuite.models.attention import NAME, cached_attention, register, row_prefill
@@ -37,11 +38,12 @@ def per_call_ms(fn: Callable[[], object], n: int = 20) -> float:
     return (time.perf_counter() - start) / n * 1000
 
 
-def kernel_table(dtype: torch.dtype) -> None:
-    """The attention call alone: ms per layer call, and the max error of each against a float32 reference."""
+def kernel_table(dtype: torch.dtype, cap: int) -> None:
+    """The attention call alone: ms per layer call, and the max error of each against a float32 reference (batch
+    and context capped at ``cap``)."""
     heads, kv_heads, dim = 9, 3, 64
     exact = dtype != torch.float32 and probe(dtype, (), dim).values
-    for batch, length in ((16, 300), (16, 2048), (1, 2048)):
+    for batch, length in ((min(16, cap), min(300, cap)), (min(16, cap), min(2048, cap)), (1, min(2048, cap))):
         q = torch.randn(batch, heads, 1, dim, dtype=dtype)
         k, v = (torch.randn(batch, kv_heads, length, dim, dtype=dtype) for _ in range(2))
         mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
@@ -60,16 +62,17 @@ def kernel_table(dtype: torch.dtype) -> None:
                   f"{'values dtype' if exact else 'block_sum'})  {t_sdpa / t_ours:4.1f}x")
 
 
-def chunk_table(dtype: torch.dtype) -> None:
+def chunk_table(dtype: torch.dtype, cap: int) -> None:
     """A teacher-forced chunk (many queries per row over a cache, causal at the end, rows left-padded): the call
     with the batch in one piece against slices of rows (``SLICE_BYTES``), alternating, best of three; the values
-    must be equal bit for bit."""
+    must be equal bit for bit (batch, queries and keys capped at ``cap``)."""
     import evalsuite.models.attention as attention
 
     heads, kv_heads, dim = 9, 3, 64
     exact = dtype != torch.float32 and probe(dtype, (), dim).values
     sliced, whole_batch = attention.SLICE_BYTES, 1 << 40
     for batch, n, length in ((32, 64, 300), (32, 100, 400), (16, 128, 1100), (16, 1, 2048)):
+        batch, n, length = min(batch, cap), min(n, cap), min(length, cap)
         q = torch.randn(batch, heads, n, dim, dtype=dtype)
         k, v = (torch.randn(batch, kv_heads, length, dim, dtype=dtype) for _ in range(2))
         i, j = torch.arange(length), torch.arange(length - n, length)
@@ -93,12 +96,13 @@ def chunk_table(dtype: torch.dtype) -> None:
               f"  equal: {torch.equal(outs[whole_batch], outs[sliced])}")
 
 
-def prefill_table() -> None:
+def prefill_table(cap: int) -> None:
     """A layer's prefill call over left-padded bf16 rows: SDPA with transformers' boolean mask against
     ``row_prefill`` (each row alone over its own tokens under ``is_causal``), and the max difference on real
-    positions."""
+    positions (lengths capped at ``cap``)."""
     heads, kv_heads, dim = 9, 3, 64
-    for lengths in ((900, 1000, 1100, 1200), (600, 2000), (300, 350, 400, 450, 500, 550)):
+    for full in ((900, 1000, 1100, 1200), (600, 2000), (300, 350, 400, 450, 500, 550)):
+        lengths = tuple(min(m, cap) for m in full)
         b, n = len(lengths), max(lengths)
         q = torch.randn(b, heads, n, dim, dtype=torch.bfloat16)
         k, v = (torch.randn(b, kv_heads, n, dim, dtype=torch.bfloat16) for _ in range(2))
@@ -118,11 +122,11 @@ def prefill_table() -> None:
               f"{t_sdpa / t_ours:4.1f}x  (max diff {diff:.1e})")
 
 
-def generate_side_by_side(task_name: str, n: int, batch: int, dtype: str) -> None:
+def generate_side_by_side(task_name: str, n: int, batch: int, dtype: str, params: dict) -> None:
     """The embedded model answering ``n`` samples of a task under each kernel, at ``batch`` and at a smaller batch
     (alternating kernels): wall time at ``batch`` and identical answers across the two batch sizes."""
     base = load_model("default", dtype, "cpu")
-    task = prepare_tasks(RunConfig(tasks=[task_name], limit=n), default_registry())[0]
+    task = prepare_tasks(RunConfig(tasks=[task_name], limit=n, task_params=params), default_registry())[0]
     tok = base.tokenizer
     prompts = [render_prompt(s, tok) for s in task.samples]
     p = shared_prefix_len(tok, prompts)
@@ -155,18 +159,21 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--skip-generate", action="store_true")
+    ap.add_argument("--cap", type=int, default=1 << 16,
+                    help="cap every batch and length of the kernel tables (a quick check of the script: 32)")
+    ap.add_argument("--param", action="append", default=[], help="task.key=value, as `evalsuite run --param`")
     args = ap.parse_args()
     print("attention call (ms per layer call):")
     for dtype in (torch.bfloat16, torch.float32):
-        kernel_table(dtype)
+        kernel_table(dtype, args.cap)
     print("chunk call, whole batch vs slices of rows (ms per layer call):")
     for dtype in (torch.bfloat16, torch.float32):
-        chunk_table(dtype)
+        chunk_table(dtype, args.cap)
     print("prefill call of left-padded rows (ms per layer call, bf16):")
-    prefill_table()
+    prefill_table(args.cap)
     if not args.skip_generate:
         print("the embedded model generating through the engine:")
-        generate_side_by_side(args.task, args.n, args.batch, args.dtype)
+        generate_side_by_side(args.task, args.n, args.batch, args.dtype, parse_params(args.param))
 
 
 if __name__ == "__main__":

@@ -24,9 +24,10 @@ from evalsuite.run.prepare import prepare_tasks
 from evalsuite.run.prompts import render_prompt
 from evalsuite.tasks.registry import default_registry
 
-task_name, n, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-loaded = load_model("default", dtype="auto")
-task = prepare_tasks(RunConfig(tasks=[task_name], limit=n), default_registry())[0]
+task_name, n, batch, dtype, tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+loaded = load_model("default", dtype=dtype)
+params = {task_name: {"max_new_tokens": tokens}} if tokens else {}
+task = prepare_tasks(RunConfig(tasks=[task_name], limit=n, task_params=params), default_registry())[0]
 prompts = [render_prompt(s, loaded.tokenizer) for s in task.samples]
 prefix = shared_prefix_len(loaded.tokenizer, prompts)
 start = time.perf_counter()
@@ -44,7 +45,8 @@ POLICIES = {
 
 def start(args: argparse.Namespace, extra: dict[str, str]) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
-    return subprocess.Popen([sys.executable, "-c", WORKER, args.task, str(args.n), str(args.batch)],
+    argv = [args.task, str(args.n), str(args.batch), args.dtype, str(args.max_new_tokens)]
+    return subprocess.Popen([sys.executable, "-c", WORKER, *argv],
                             env={**env, **extra}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
@@ -67,6 +69,8 @@ def main() -> None:
     ap.add_argument("--task", default="json")
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--max-new-tokens", type=int, default=0, help="cap the task's answer length (0: the task's own)")
     args = ap.parse_args()
     print(f"{args.task}, {args.n} samples, batch {args.batch}; {os.cpu_count()} CPUs, flags {' '.join(cpu_flags())}")
     print("| policy | alone | two at once (each) |\n|---|---|---|")

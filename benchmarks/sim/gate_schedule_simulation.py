@@ -1,7 +1,7 @@
 """Several tasks per variant, driven by the real scheduler (``evalsuite.run.schedule``) under a budget of simulated
 seconds: how often is a variant FAILed or PASSed wrongly, how often does a real drop FAIL, and how soon?
 
-The scenarios, the synthetic paired outcomes and the gating are ``benchmarks/gate_simulation_tasks.py``'s (imported,
+The scenarios, the synthetic paired outcomes and the gating are ``benchmarks/sim/gate_simulation_tasks.py``'s (imported,
 not re-implemented): four binary tasks with the shipped policy (``family_alpha``, the default), baseline accuracy
 0.6, a ``churn`` fraction of pairs flipping half each way, a drop of f times a row's tolerance. Per replicate one
 variant ("v"; the imported gate calls it "q"), baseline "bf16", tasks reasoning / json / code / needle, each task's
@@ -24,8 +24,8 @@ The lockstep comparison gates the same streams at ``gate_simulation_tasks.LOOKS`
 task), stopping at the first decisive look, with only the looks whose cost (n x the sum over tasks of baseline +
 variant seconds per pair, 50.5 s per n here) fits in the same budget (after the same reserve).
 
-    python benchmarks/gate_schedule_simulation.py --help
-    python benchmarks/gate_schedule_simulation.py --reps 400 --boundary-reps 800 --budgets 540,1800,6000
+    python -m benchmarks.sim.gate_schedule_simulation --help
+    python -m benchmarks.sim.gate_schedule_simulation --reps 400 --boundary-reps 800 --budgets 540,1800,6000
 
 Flags: ``--reps`` (per cell), ``--boundary-reps`` (the 1.0x scenario), ``--churn`` (comma list), ``--budgets``
 (simulated seconds, comma list; 540 = ``make gate``'s 9 minutes), ``--cap`` (pairs per task), ``--one-task``
