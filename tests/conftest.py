@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from evalsuite.mkl import choose_cbwr
+from evalsuite.cpu.mkl import choose_cbwr
 
 # MKL's strict mode before torch multiplies anything, as the command line and load_model set it (importing
 # evalsuite sets nothing): tiny models built in code get the same float32 arithmetic as a loaded one.
@@ -84,7 +84,7 @@ def embedded():
 
 def greedy_answers(loaded, samples, max_new_tokens=None, gen=None):
     """Generate as the runner does (chat template, one batch, greedy); ``gen`` overrides ``max_new_tokens``."""
-    from evalsuite.engine.generate import generate_batch
+    from evalsuite.backends.inprocess.generate import generate_batch
     from evalsuite.run.prompts import render_prompt
     from evalsuite.tasks.base import GenSettings
 
@@ -105,7 +105,7 @@ def prepared(task=None, n: int = 6, seed: int = 1, **params):
 
 #: the speed probe of run_model's backend: the smallest shape that still yields a TTFT and an inter-token latency
 #: (the default, 4 x 64 prompt tokens + 16 new, costs more than a tiny model's whole run; the probe itself is
-#: tests/engine/test_speed.py's)
+#: tests/backends/inprocess/test_speed.py's)
 TEST_PROBE = {"rows": 2, "prompt_tokens": 16, "new_tokens": 4}
 
 
@@ -115,8 +115,8 @@ def run_model(loaded, run_dir, variants=("bf16",), tasks=None, batch_size: int =
     at ``run_dir`` (or ``store``, to continue one); ``config_kw`` are further RunConfig fields. Returns the
     store, marked finished."""
     from evalsuite.core.config import RunConfig
-    from evalsuite.engine.inprocess import InProcessBackend
-    from evalsuite.engine.speed import SpeedProbe
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.speed import SpeedProbe
     from evalsuite.run.runner import Runner
     from evalsuite.core.store import Store
 

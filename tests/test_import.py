@@ -36,7 +36,7 @@ def _spy(body: str, prelude: str = "") -> dict:
 
 
 def test_import_evalsuite_leaves_the_environment_unchanged() -> None:
-    got = _spy("import evalsuite, evalsuite.cli, evalsuite.paths, evalsuite.threads, evalsuite.mkl")
+    got = _spy("import evalsuite, evalsuite.cli, evalsuite.paths, evalsuite.cpu.threads, evalsuite.cpu.mkl")
     assert got == {"changed": [], "proc_stat": False}
 
 

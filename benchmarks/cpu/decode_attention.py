@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from evalsuite.cli.run_cmd import parse_params
 from evalsuite.core.config import RunConfig
-from evalsuite.engine.generate import iter_generate, shared_prefix_len
+from evalsuite.backends.inprocess.generate import iter_generate, shared_prefix_len
 from evalsuite.models.attention import NAME, cached_attention, register, row_prefill
 from evalsuite.models.invariance import probe
 from evalsuite.models.loader import load_model

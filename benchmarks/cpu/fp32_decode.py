@@ -29,10 +29,10 @@ import torch
 import torch.nn.functional as F
 
 from evalsuite.core.config import RunConfig
-from evalsuite.engine.generate import iter_generate, shared_prefix_len
+from evalsuite.backends.inprocess.generate import iter_generate, shared_prefix_len
 from evalsuite.models.invariance import MIN_ROWS
 from evalsuite.models.loader import load_model
-from evalsuite.onednn import cpu_flags
+from evalsuite.cpu.onednn import cpu_flags
 from evalsuite.run.prepare import prepare_tasks
 from evalsuite.run.prompts import render_prompt
 from evalsuite.tasks.registry import default_registry

@@ -1,4 +1,4 @@
-"""float32 matmuls in MKL's default mode against its strict mode (``evalsuite.mkl``), side by side in one run.
+"""float32 matmuls in MKL's default mode against its strict mode (``evalsuite.cpu.mkl``), side by side in one run.
 
 Each mode runs in its own fresh process (MKL reads ``MKL_CBWR`` once), alternating ``--rounds`` times: the float32
 batch-invariance probe at SmolLM2-135M's shapes, then GFLOP/s of a prefill-sized GEMM (2,048 x 576 -> 1,536) and
@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 
-from evalsuite.onednn import cpu_flags
+from evalsuite.cpu.onednn import cpu_flags
 
 CHILD = r"""
 import json, time, torch

@@ -1,4 +1,4 @@
-"""OpenMP wait policy (``evalsuite.threads``): generation time with torch's workers spinning, sleeping (PASSIVE) or
+"""OpenMP wait policy (``evalsuite.cpu.threads``): generation time with torch's workers spinning, sleeping (PASSIVE) or
 single-threaded, each alone and as two processes at once, side by side in one run.
 
 Each measurement is a fresh process that sets the policy before torch loads (the environment is read once), loads
@@ -18,7 +18,7 @@ WORKER = r"""
 import sys, time
 import torch  # loads libgomp with the environment this process was given
 from evalsuite.core.config import RunConfig
-from evalsuite.engine.generate import iter_generate, shared_prefix_len
+from evalsuite.backends.inprocess.generate import iter_generate, shared_prefix_len
 from evalsuite.models.loader import load_model
 from evalsuite.run.prepare import prepare_tasks
 from evalsuite.run.prompts import render_prompt
@@ -59,7 +59,7 @@ def seconds(proc: subprocess.Popen) -> str:
 
 def cpu_flags() -> list[str]:
     """The vector-unit flags that decide CPU matmul speed here (empty without /proc/cpuinfo)."""
-    from evalsuite.onednn import cpu_flags as all_flags
+    from evalsuite.cpu.onednn import cpu_flags as all_flags
 
     return sorted(all_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})
 

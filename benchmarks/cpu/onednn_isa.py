@@ -1,4 +1,4 @@
-"""oneDNN on AMX CPUs (``evalsuite.onednn``): AMX kernels against the cap one level below, side by side in one run.
+"""oneDNN on AMX CPUs (``evalsuite.cpu.onednn``): AMX kernels against the cap one level below, side by side in one run.
 
 For each setting, fresh processes (oneDNN reads its level once):
 
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evalsuite.onednn import CAP, cpu_flags
+from evalsuite.cpu.onednn import CAP, cpu_flags
 from benchmarks.throughput.gate_time import evalsuite_cmd, same_wait_policy  # one OpenMP policy for every side
 
 ROOT = Path(__file__).resolve().parents[2]

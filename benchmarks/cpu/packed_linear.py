@@ -20,7 +20,7 @@ import torch
 import evalsuite  # noqa: F401  (MKL mode, as in a run)
 from evalsuite.models import packed
 from evalsuite.models.invariance import linear_shapes
-from evalsuite.onednn import cpu_flags
+from evalsuite.cpu.onednn import cpu_flags
 
 
 def per_call_us(fn: Callable[[], Any], n: int) -> float:
@@ -59,7 +59,7 @@ def step_ms(model: Any, batch: int, context: int, steps: int = 12) -> float:
     """Median ms of a decode step after a ``context``-token prefill of ``batch`` rows."""
     from transformers import DynamicCache
 
-    from evalsuite.engine.growcache import grow_cache
+    from evalsuite.backends.inprocess.growcache import grow_cache
 
     ids = torch.randint(100, 1000, (batch, context), generator=torch.Generator().manual_seed(1))
     cache = DynamicCache()

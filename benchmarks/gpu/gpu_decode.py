@@ -7,7 +7,7 @@ the same token. Rows: bf16 + DynamicCache (the reference), W4 (``w4g128``, optim
 steps (two warm-up steps first; the device is synchronized every step). Memory: the cache's held bytes
 (``cache_nbytes``: packed payload + scales + residual) and, on CUDA, the peak allocated during the row over what
 was allocated before it (cache, its dequantized shadow, activations). The measured speed-up is the reference step
-time over the row's; the predicted one is ``evalsuite.plan.make_plan``'s ``decode_speedup`` for the same shape,
+time over the row's; the predicted one is ``evalsuite.capacity.make_plan``'s ``decode_speedup`` for the same shape,
 batch and context (a step reads every weight once and every retained K/V once).
 
 evalsuite's cache decodes through a dequantized shadow in the compute dtype, so attention reads as many bytes as a
@@ -162,8 +162,8 @@ def has_packed_path() -> bool:
 
 def predictions(cfg_dict: dict[str, Any], rows: list[tuple], ctx: int, batch: int) -> dict[tuple[str, str], float]:
     """``evalsuite plan``'s bandwidth-bound decode speed-up per (weights, kv) for this shape, batch and context."""
-    from evalsuite.plan import make_plan, shape_from_config
-    from evalsuite.plan.capacity import kv_name
+    from evalsuite.capacity import make_plan, shape_from_config
+    from evalsuite.capacity.capacity import kv_name
     from evalsuite.variants.spec import parse_variant
 
     weights = {w: parse_variant(w).weights for _, w, _, _ in rows}
@@ -231,7 +231,7 @@ def render(results: list[Result], args: argparse.Namespace, shape_name: str, pac
         lines.append(f"| {r.label} | {r.ctx} | {1e3 * r.step_s:.2f} | {args.batch / r.step_s:.1f} | "
                      f"{ref[r.ctx] / r.step_s:.2f}x | {plan} | {r.cache_bytes / 2**20:.2f} | {peak} |")
     lines += ["", "speed-up: bf16 + DynamicCache step time over the row's at the same context; plan: "
-              "`evalsuite.plan.make_plan(...).decode_speedup` (bandwidth bound: weights + batch x KV(context)). "
+              "`evalsuite.capacity.make_plan(...).decode_speedup` (bandwidth bound: weights + batch x KV(context)). "
               "cache MiB: bytes the cache holds (packed + scales + residual; not the dequantized shadow); "
               "peak MiB: CUDA peak over the allocation before the row (shadow and activations included). "
               "transformers' DynamicCache appends by `torch.cat` (the whole cache is copied every step), "

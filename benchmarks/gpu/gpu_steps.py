@@ -298,7 +298,7 @@ class Check:
 
     def step_vllm(self, step: Step) -> None:
         from evalsuite.errors import EvalsuiteError
-        from evalsuite.served.vllm.server import vllm_python
+        from evalsuite.backends.served.vllm.server import vllm_python
 
         try:
             python = vllm_python(self.args.vllm_python)

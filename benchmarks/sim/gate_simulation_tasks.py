@@ -9,10 +9,10 @@ and the slice at f x its own 0.10: "1.0x every tolerance" puts every gated row e
 is gated at the runner's looks (16, 48, 112, 240 pairs per task, its tasks drawn in lockstep) and stops at the
 first decisive one; with a budget of 48 or 112 pairs per task it stops there, INCONCLUSIVE.
 
-Every verdict is the code's: per look, each task's rows are built by ``stats.compare.compare`` from synthetic
+Every verdict is the code's: per look, each task's rows are built by ``stats.slices.compare`` from synthetic
 ``SampleResult`` lists holding those counts, and ``gate.verdict.evaluate_gate`` gates them with the shipped policy
 (the run's four tasks expected). Because the sequences depend on the counts only, rows, verdicts and the pure
-numerical functions of ``stats.sequential`` / ``stats.pooled`` (and Tango's interval in ``stats.compare``) are
+numerical functions of ``stats.sequential`` / ``stats.pooled`` (and Tango's interval in ``stats.slices``) are
 memoized on their arguments (same results, computed once). ``python -m benchmarks.sim.gate_simulation_tasks --help``.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from evalsuite.gate.verdict import evaluate_gate
 from evalsuite.stats import pooled
 from evalsuite.stats import sequential as seq
 from evalsuite.stats import compare as compare_mod
-from evalsuite.stats.compare import compare
+from evalsuite.stats.slices import compare
 from evalsuite.stats.types import PairedStats
 
 TOL = {"reasoning": 0.10, "code": 0.05, "json": 0.05, "needle": 0.05}

@@ -20,7 +20,7 @@ import time
 def in_process(task, samples, gen, batch: int) -> float:
     """Seconds for evalsuite's in-process batched generation over ``samples``."""
     from evalsuite.models import load_model, offline
-    from evalsuite.engine.generate import iter_generate
+    from evalsuite.backends.inprocess.generate import iter_generate
     from evalsuite.run.prompts import render_prompt
 
     offline()
@@ -33,7 +33,7 @@ def in_process(task, samples, gen, batch: int) -> float:
 
 
 def endpoint(url: str, samples, gen, concurrency: int) -> float:
-    from evalsuite.served.endpoint import EndpointClient, EndpointPool, EndpointSpec
+    from evalsuite.backends.served.endpoint import EndpointClient, EndpointPool, EndpointSpec
 
     client = EndpointClient(EndpointSpec(url, "bench"))
     client.probe()

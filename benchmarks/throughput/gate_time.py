@@ -262,7 +262,7 @@ def report(args: argparse.Namespace, times: dict[str, float], lm: tuple[float, f
 
 
 def same_wait_policy() -> str:
-    """One OpenMP wait policy for both sides (``evalsuite.threads``): decided here, before either side runs, and
+    """One OpenMP wait policy for both sides (``evalsuite.cpu.threads``): decided here, before either side runs, and
     pinned in the environment the evalsuite subprocess inherits and this process's torch reads on import."""
     import evalsuite  # noqa: F401  (importing it decides, from the machine's load now)
 

@@ -1,10 +1,10 @@
-"""Seconds per variant of a needle run with and without prompt K/V reuse (``evalsuite/engine/snapshots.py``).
+"""Seconds per variant of a needle run with and without prompt K/V reuse (``evalsuite/backends/inprocess/snapshots.py``).
 
 Two in-process runs side by side in one process, on the same samples: ``reuse`` (a weight-only variant's KLD
 reuses the prompt K/V of its own generation, the default; a KV-cache-only variant starts from the baseline's
 prompt K/V, ``--reuse-prompt-kv``) and ``recompute`` (every pass prefills its prompts). Prints generation and KLD
 seconds per variant and the mean KLD of each (equal for the weight variant up to the last float bits; the KV
-variant's answers, and so its KLD, may differ: see ``evalsuite/engine/snapshots.py``).
+variant's answers, and so its KLD, may differ: see ``evalsuite/backends/inprocess/snapshots.py``).
 
     python -m benchmarks.throughput.prompt_reuse --n 4 --context 1024 --variants w4g64,kv4g32
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 def timed_run(base, tasks, variants: list[str], snapshot_bytes: int, folder: Path) -> tuple[dict, dict]:
     """(seconds per (phase, variant), mean KLD per variant) of one run."""
     from evalsuite.core.config import RunConfig
-    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
     from evalsuite.run.runner import Runner
     from evalsuite.core.store import Store
 
@@ -58,7 +58,7 @@ def main() -> None:
     base = load_model("default", args.dtype)
     config = RunConfig(tasks=["needle"], limit=args.n,
                        task_params={"needle": {"context_lens": [args.context], "depths": [0.5]}})
-    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
 
     tasks = prepare_tasks(config, default_registry(), InProcessBackend.of(base).task_context())
     variants = ["bf16", *args.variants.split(",")]

@@ -22,12 +22,12 @@ import dataclasses
 import time
 from typing import Any
 
-from evalsuite.threads import choose_wait_policy
+from evalsuite.cpu.threads import choose_wait_policy
 
 choose_wait_policy()  # as the command line does, before torch loads (the CPUs are usually shared here)
 
 from evalsuite.core.config import RunConfig  # noqa: E402
-from evalsuite.engine.inprocess import InProcessBackend  # noqa: E402
+from evalsuite.backends.inprocess.inprocess import InProcessBackend  # noqa: E402
 from evalsuite.models.loader import ModelFactory  # noqa: E402
 from evalsuite.run.prepare import PreparedTask, prepare_tasks  # noqa: E402
 from evalsuite.tasks.registry import default_registry  # noqa: E402

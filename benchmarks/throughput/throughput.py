@@ -21,9 +21,9 @@ from typing import Any, Callable
 
 
 def run_evalsuite(base, task, batch_size: int, run_dir: Path, refill: bool = True, pool_factor: int = 1) -> float:
-    import evalsuite.engine.inprocess as inprocess
+    import evalsuite.backends.inprocess.inprocess as inprocess
     from evalsuite.core.config import RunConfig
-    from evalsuite.engine.generate import iter_generate
+    from evalsuite.backends.inprocess.generate import iter_generate
     from evalsuite.run.runner import Runner
     from evalsuite.core.store import Store
 

@@ -24,8 +24,8 @@ def main() -> None:
     from evalsuite.models import load_model, offline
     from evalsuite.models.dtype import choose_compute_dtype
     from evalsuite.core.config import RunConfig
-    from evalsuite.engine.generate import shared_prefix_len
-    from evalsuite.engine.kld import BaselineLogprobCache, teacher_forced_kld
+    from evalsuite.backends.inprocess.generate import shared_prefix_len
+    from evalsuite.backends.inprocess.kld import BaselineLogprobCache, teacher_forced_kld
     from evalsuite.run.prepare import prepare_tasks
     from evalsuite.run.prompts import render_prompt
     from evalsuite.tasks.registry import default_registry

@@ -15,7 +15,7 @@ import time
 import torch
 from transformers import LlamaConfig
 
-from evalsuite.engine.ties import fill_rows
+from evalsuite.backends.inprocess.ties import fill_rows
 from evalsuite.kvcache import make_cache, track_mask
 from evalsuite.kvcache.layer import RowState
 from evalsuite.variants.spec import parse_variant

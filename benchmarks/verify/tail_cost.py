@@ -1,4 +1,4 @@
-"""Diverged tails decoded step by step against drafted (``engine.drafted``), side by side on the same checked
+"""Diverged tails decoded step by step against drafted (``backends.inprocess.drafted``), side by side on the same checked
 batches: wall time, forwards and how many tails come out identical.
 
 The baseline answers the task's first ``--n`` samples (greedy); the variant's verification pass checks them in
@@ -16,10 +16,10 @@ import time
 from evalsuite.cli.run_cmd import parse_params
 from evalsuite.core.config import RunConfig
 from evalsuite.core.records import Reference
-from evalsuite.engine import drafted
-from evalsuite.engine.decoder import encode_prefix
-from evalsuite.engine.generate import encode_prompts, iter_generate, shared_prefix_len, stop_ids
-from evalsuite.engine.verify import Side, baseline_logprobs, check_batch, finish
+from evalsuite.backends.inprocess import drafted
+from evalsuite.backends.inprocess.decoder import encode_prefix
+from evalsuite.backends.inprocess.generate import encode_prompts, iter_generate, shared_prefix_len, stop_ids
+from evalsuite.backends.inprocess.verify import Side, baseline_logprobs, check_batch, finish
 from evalsuite.models.loader import load_model
 from evalsuite.run.prepare import prepare_tasks
 from evalsuite.run.prompts import render_prompt

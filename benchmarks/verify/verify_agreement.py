@@ -17,7 +17,7 @@ from pathlib import Path
 
 from evalsuite.models.loader import load_model
 from evalsuite.core.config import RunConfig
-from evalsuite.engine.inprocess import InProcessBackend
+from evalsuite.backends.inprocess.inprocess import InProcessBackend
 from evalsuite.run.pipeline import execute
 from evalsuite.core.store import Store
 from evalsuite.variants.spec import parse_variant

@@ -1,8 +1,8 @@
 """What a variant's per-sample work costs, side by side on the same samples: generating its answers, the KLD pass
 of ``--verify off`` (prompt, then the answer as one chunk; log-softmax, KL and top-1 over real answer positions
-only: ``engine.kld.packed_kld``), the same pass computed over the whole padded batch as it was before (float32
+only: ``backends.inprocess.kld.packed_kld``), the same pass computed over the whole padded batch as it was before (float32
 [batch, answer, vocab] log-probs of both models; its KL values must be the same), and the verification pass that
-replaces generation + KLD (``engine.verify``: one chunked pass, ``lm_head`` at answer positions only, KL per row).
+replaces generation + KLD (``backends.inprocess.verify``: one chunked pass, ``lm_head`` at answer positions only, KL per row).
 
     .venv/bin/python -m benchmarks.verify.verify_cost --task code --n 16 --variant w4g32
 """
@@ -16,14 +16,14 @@ import torch
 
 from evalsuite.models.loader import load_model
 from evalsuite.core.config import RunConfig
-from evalsuite.engine.generate import encode_prompts, iter_generate, shared_prefix_len, stop_ids
-from evalsuite.engine.answer import prefill_answer_logprobs
-from evalsuite.engine.decoder import encode_prefix
-from evalsuite.engine.kld import baseline_answer_logprobs, encode_answers, teacher_forced_kld
+from evalsuite.backends.inprocess.generate import encode_prompts, iter_generate, shared_prefix_len, stop_ids
+from evalsuite.backends.inprocess.answer import prefill_answer_logprobs
+from evalsuite.backends.inprocess.decoder import encode_prefix
+from evalsuite.backends.inprocess.kld import baseline_answer_logprobs, encode_answers, teacher_forced_kld
 from evalsuite.run.prepare import prepare_tasks
 from evalsuite.run.prompts import render_prompt
 from evalsuite.core.records import Reference
-from evalsuite.engine.verify import Side, baseline_logprobs, verify_batch
+from evalsuite.backends.inprocess.verify import Side, baseline_logprobs, verify_batch
 from evalsuite.tasks.registry import default_registry
 from evalsuite.variants.build import build_variant
 from evalsuite.variants.spec import parse_variant

@@ -1,7 +1,7 @@
 """How verification passes are batched, side by side in one process: the old cut (rows sorted by prompt + answer
-length, cut at the row and token budget: ``engine.decoder.plan_batches``) against ``engine.forced.plan_passes``
+length, cut at the row and token budget: ``backends.inprocess.decoder.plan_batches``) against ``backends.inprocess.forced.plan_passes``
 (the cut that pads the fewest token slots), on the same baseline answers and the same variant. Both sides run the
-baseline's log-probs and the variant's pass + tails batch by batch (``engine.verify``), alternated ``--repeat``
+baseline's log-probs and the variant's pass + tails batch by batch (``backends.inprocess.verify``), alternated ``--repeat``
 times; the outputs must be equal (the kernels are batch-invariant), and the table gives each cut's seconds.
 
     .venv/bin/python -m benchmarks.verify.verify_plan --task needle --n 16 --variant kv4g32
@@ -16,11 +16,11 @@ from typing import Any, Callable, Sequence
 import torch
 
 from evalsuite.core.records import Reference
-from evalsuite.engine.decoder import encode_prefix, plan_batches
-from evalsuite.engine.forced import plan_passes
-from evalsuite.engine.generate import encode_prompts, iter_generate, stop_ids
-from evalsuite.engine.verify import Side, baseline_logprobs, verify_batch
-from evalsuite.onednn import cpu_flags
+from evalsuite.backends.inprocess.decoder import encode_prefix, plan_batches
+from evalsuite.backends.inprocess.forced import plan_passes
+from evalsuite.backends.inprocess.generate import encode_prompts, iter_generate, stop_ids
+from evalsuite.backends.inprocess.verify import Side, baseline_logprobs, verify_batch
+from evalsuite.cpu.onednn import cpu_flags
 from evalsuite.variants.build import build_variant
 from evalsuite.variants.spec import parse_variant
 

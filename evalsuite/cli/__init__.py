@@ -94,11 +94,11 @@ def _internal_error(exc: BaseException) -> None:
 
 def process_policies() -> None:
     """The process-wide choices of an evalsuite command, made before torch loads (importing evalsuite makes
-    none): how OpenMP threads wait (``evalsuite.threads``) and MKL's reproducibility mode (``evalsuite.mkl``); and
+    none): how OpenMP threads wait (``evalsuite.cpu.threads``) and MKL's reproducibility mode (``evalsuite.cpu.mkl``); and
     the task prefixes of the packages above the task registry (``lm_eval:``, ``evalsuite.lmeval.register_tasks``)."""
     from evalsuite.lmeval import register_tasks
-    from evalsuite.mkl import choose_cbwr
-    from evalsuite.threads import choose_wait_policy
+    from evalsuite.cpu.mkl import choose_cbwr
+    from evalsuite.cpu.threads import choose_wait_policy
 
     choose_wait_policy()
     choose_cbwr()

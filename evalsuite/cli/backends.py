@@ -17,7 +17,7 @@ def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = Non
     from evalsuite.models.loader import ModelFactory
 
     if spec_kind(config.model) == "openai":
-        from evalsuite.served.endpoint_backend import EndpointBackend
+        from evalsuite.backends.served.endpoint_backend import EndpointBackend
 
         return EndpointBackend(config.model, workdir=run_dir, seed=config.seed, top_k=5 if config.kld else 0)
     factory = ModelFactory(config.model, config.dtype, config.device)
@@ -25,20 +25,20 @@ def make_backend(config: RunConfig, run_dir: Path, ray_address: str | None = Non
     if ray_address is not None:
         if served:
             raise EvalsuiteError("served (openai:) variants run next to an in-process baseline, not with --ray")
-        from evalsuite.scale.ray_backend import RayBackend
+        from evalsuite.backends.ray.ray_backend import RayBackend
 
         if config.weight_kernels != "dequantized":
             raise EvalsuiteError("--weight-kernels quanto is not available with --ray (workers run dequantized)")
         return RayBackend(factory, address=ray_address, seed=config.seed, max_batch_tokens=config.max_batch_tokens)
-    from evalsuite.engine.inprocess import InProcessBackend
-    from evalsuite.engine.snapshots import PROMPT_KV_BYTES
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.snapshots import PROMPT_KV_BYTES
 
     local = InProcessBackend(loader=factory, seed=config.seed, max_batch_tokens=config.max_batch_tokens,
                              kernels=config.weight_kernels, snapshot_bytes=PROMPT_KV_BYTES if config.kld else 0,
                              reuse_base_prompts=config.reuse_prompt_kv, verify_bf16=config.verify_bf16,
                              stop_rules=not served)  # a served variant could not apply them: no side does
     if served:
-        from evalsuite.served.mixed import MixedBackend
+        from evalsuite.backends.served.mixed import MixedBackend
 
         return MixedBackend(local, workdir=run_dir, seed=config.seed, top_k=5 if config.kld else 0)
     return local

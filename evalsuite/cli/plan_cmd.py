@@ -7,8 +7,8 @@ import click
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.kvcache.config import KVConfig
-from evalsuite.plan import load_config, make_plan, parse_reserve, parse_size, shape_from_config
-from evalsuite.plan.render import render_text
+from evalsuite.capacity import load_config, make_plan, parse_reserve, parse_size, shape_from_config
+from evalsuite.capacity.render import render_text
 from evalsuite.variants.spec import WeightSpec, parse_variant
 
 _UNQUANTIZED = ("bf16", "base", "fp16", "none")

@@ -11,7 +11,7 @@ from evalsuite.cli.common import (baselines_root, check_device, model_options, q
 from evalsuite.paths import BASELINES_HELP, RUNS_HELP
 from evalsuite.errors import EvalsuiteError
 from evalsuite.core.config import DEFAULT_TASKS, DEFAULT_VARIANTS, RunConfig
-from evalsuite.served.vllm.cli import vllm_options
+from evalsuite.backends.served.vllm.cli import vllm_options
 
 
 def parse_duration(text: str) -> float:
@@ -178,7 +178,7 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
     set_run_dir(run_dir)
     quiet_libraries()
     baselines = store_baseline or baseline_dir or (baselines_root() if baselines_root().exists() else None)
-    from evalsuite.served.vllm.cli import engine_backend
+    from evalsuite.backends.served.vllm.cli import engine_backend
 
     backend = engine_backend(config, run_dir, engine, vllm_python, bool(resume), **vllm) or \
         make_backend(config, run_dir, ray_address)

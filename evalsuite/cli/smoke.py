@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from evalsuite.cli.common import check_device, model_options, quiet_libraries, table
-from evalsuite.plan.capacity import fmt_bytes
+from evalsuite.capacity.capacity import fmt_bytes
 
 SMOKE_PROMPT = "What is the capital of France? Answer in one short sentence."
 
@@ -20,7 +20,7 @@ def smoke(model: str, dtype: str, device: str | None, variants: str, max_new_tok
     variant, measured weight bytes, formula bytes, fingerprint and the answer. An artifact
     (ckpt:PATH, a folder or .gguf) shows its own tensor bytes and a hash of its files."""
     from evalsuite.models import load_model
-    from evalsuite.engine.generate import generate_batch
+    from evalsuite.backends.inprocess.generate import generate_batch
     from evalsuite.run.prompts import render_prompt
     from evalsuite.tasks.base import GenSettings, Sample
     from evalsuite.variants.build import build_variant

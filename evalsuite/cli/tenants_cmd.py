@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def model_config(state: "RunState", path: Path | None) -> dict[str, Any]:
     """The config.json the planner sizes the run's model from: ``path`` (a file or its folder), else what the run
     recorded, else the run's model's own folder (the embedded model's converted one)."""
-    from evalsuite.plan.shape import load_config
+    from evalsuite.capacity.shape import load_config
 
     if path is not None:
         return load_config(path)

@@ -20,7 +20,7 @@ from evalsuite.core.bulk import gc_paused
 from evalsuite.core.records import NOISE_SUFFIX
 from evalsuite.errors import EvalsuiteError
 
-MAX_LEVELS = 20  #: the gate slices a key by itself only up to this many values (``stats.compare``'s default)
+MAX_LEVELS = 20  #: the gate slices a key by itself only up to this many values (``stats.slices``'s default)
 
 
 @dataclass

@@ -48,7 +48,7 @@ class RunConfig:
     #: decode on CPU) or "quanto" (its packed modules and kernels, as deployed: for speed figures)
     weight_kernels: str = "dequantized"
     #: KV-cache-only variants start from the baseline's prompt K/V (faster on long prompts; answers then depend on
-    #: the baseline's batching, so off by default: evalsuite.engine.snapshots)
+    #: the baseline's batching, so off by default: evalsuite.backends.inprocess.snapshots)
     reuse_prompt_kv: bool = False
     #: a variant that computes exactly what the baseline computes (bit-identical weights and an unquantized cache,
     #: e.g. w4g32 of a Q4_1 model) takes the baseline's answers instead of generating them again

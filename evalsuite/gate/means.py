@@ -18,7 +18,7 @@ import numpy as np
 from evalsuite.gate.check import WORDS, CheckLevels, at_least, at_most, make_check
 from evalsuite.gate.types import CheckResult
 from evalsuite.stats import sequential as seq
-from evalsuite.stats.compare import score_values
+from evalsuite.stats.slices import score_values
 from evalsuite.stats.types import PairedStats
 
 #: per-sample KLD is capped at KLD_CAP x max_kld (the simulation's sweep chose it: docs/gate.md)

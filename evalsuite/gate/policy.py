@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.stats.compare import SliceFilter
+from evalsuite.stats.slices import SliceFilter
 from evalsuite.stats.sequential import ALPHA
 
 #: threshold key -> (lowest allowed, highest allowed or None); min_samples must be an integer

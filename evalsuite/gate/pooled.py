@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from evalsuite.gate.types import POOLED, CheckResult, Verdict
 from evalsuite.stats import pooled
-from evalsuite.stats.compare import paired_values
+from evalsuite.stats.slices import paired_values
 from evalsuite.stats import sequential as seq
 from evalsuite.stats.types import ALL, PairedStats
 

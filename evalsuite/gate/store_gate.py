@@ -9,7 +9,7 @@ from evalsuite.gate.policy import Policy, load_policy
 from evalsuite.gate.verdict import evaluate_gate, slice_filters
 from evalsuite.core.records import NOISE_SUFFIX, SampleResult
 from evalsuite.core.store import Store
-from evalsuite.stats.compare import compare, noise_floor
+from evalsuite.stats.slices import compare, noise_floor
 from evalsuite.gate.types import GateResult
 from evalsuite.stats.types import PairedStats
 
@@ -39,7 +39,7 @@ class StoreGate:
     """Gates a stored run, look after look: the policy is parsed once (a ``Policy``, or a path or None for the
     shipped one) and each (variant, task)'s paired statistics are recomputed only when its rows, its baseline's or
     its KLD rows changed since the last look (rows are only ever added: a row count and the last row id say it).
-    The statistics are those ``gate_run`` computes (``stats.compare``: a task's rows alone decide its rows of
+    The statistics are those ``gate_run`` computes (``stats.slices``: a task's rows alone decide its rows of
     the table), in the same order."""
 
     def __init__(self, policy: Policy | Path | None = None, also: Sequence[Policy] = ()) -> None:

@@ -32,7 +32,7 @@ from evalsuite.gate.means import max_kld, min_score
 from evalsuite.gate.policy import Policy, Thresholds
 from evalsuite.gate.pooled import CHECK, pooled_check
 from evalsuite.core.records import KLDResult, SampleResult
-from evalsuite.stats.compare import SliceFilter, compare, paired_values
+from evalsuite.stats.slices import SliceFilter, compare, paired_values
 from evalsuite.stats import sequential as seq
 from evalsuite.gate.types import POOLED, CheckResult, GateResult, Verdict, worst
 from evalsuite.stats.types import ALL, PairedStats

@@ -1,7 +1,7 @@
 """KV-cache bytes per token, and how a ``KVConfig``'s groups resolve: the one formula, pure arithmetic (no torch).
 
 Every byte figure of a KV cache comes from here: the in-process cache's own accounting (``kvcache.cache``), the
-capacity planner (``plan.bytes``) and the vLLM engine's server sizing (``served.vllm.sizes``).
+capacity planner (``capacity.bytes``) and the vLLM engine's server sizing (``backends.served.vllm.sizes``).
 
 Per token and layer, K and V hold ``kv_heads x head_dim`` values each. Unquantized: ``dtype_bytes`` per value.
 evalsuite's cache: ``bits / 8`` per value plus, per group, a float16 scale (and a float16 zero point for int formats);

@@ -242,7 +242,7 @@ class QuantKVLayer(CacheLayerMixin):
 
     def drop_newest(self, drop: torch.Tensor) -> None:
         """Stop counting the columns ``drop`` marks among the newest ``drop.shape[1]`` ([batch, n] bool): they
-        become holes (a drafted forward's rejected tokens, ``engine.drafted``). Only tokens no flush has
+        become holes (a drafted forward's rejected tokens, ``backends.inprocess.drafted``). Only tokens no flush has
         quantized can be dropped."""
         n = drop.shape[1]
         gone = self.valid[:, -n:] & drop.to(device=self.valid.device, dtype=torch.bool)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 def main() -> None:
     """Register ``evalsuite`` with lm-eval, then run lm-eval's CLI on ``sys.argv``."""
-    from evalsuite.mkl import choose_cbwr
-    from evalsuite.threads import choose_wait_policy
+    from evalsuite.cpu.mkl import choose_cbwr
+    from evalsuite.cpu.threads import choose_wait_policy
 
     choose_wait_policy()  # the command line's process policies, before lm-eval imports torch (evalsuite.cli.main)
     choose_cbwr()

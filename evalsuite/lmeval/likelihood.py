@@ -1,5 +1,5 @@
 """Log-likelihoods that really read a variant's KV cache: the context is one forward pass, the continuation follows
-as later chunks through the same cache (``evalsuite.engine.answer``, the continuation in chunks).
+as later chunks through the same cache (``evalsuite.backends.inprocess.answer``, the continuation in chunks).
 
 A single forward pass over context+continuation shows no KV-quantization effect at all: transformers'
 QuantizedCache and evalsuite's cache in ``exact`` prefill mode hand the first call its own full-precision K/V.
@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from evalsuite.engine.answer import answer_logits
+from evalsuite.backends.inprocess.answer import answer_logits
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def chunked_logprobs(model: Any, pairs: Sequence[Pair], pad_id: int, cache: Any 
                      ) -> list[tuple[float, bool]]:
     """(sum of continuation log-probs, all greedy) per pair for one batch: the contexts (left padded) in one call,
     then the continuations (right padded) in calls of at most ``chunk`` tokens, all through ``cache``
-    (``engine.answer``; the cache is not told the padding, as this bridge always ran)."""
+    (``backends.inprocess.answer``; the cache is not told the padding, as this bridge always ran)."""
     from transformers import DynamicCache
 
     cache = cache if cache is not None else DynamicCache()
@@ -91,7 +91,7 @@ def score_pairs(model: Any, pairs: Sequence[Pair], pad_id: int, make_cache: Call
                 max_batch: int, max_tokens: int, chunk: int,
                 progress: Callable[[int], None] | None = None) -> list[tuple[float, bool]]:
     """Score every pair in length-sorted batches (a fresh cache per batch); results in input order."""
-    from evalsuite.engine.generate import plan_batches
+    from evalsuite.backends.inprocess.generate import plan_batches
 
     results: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)  # an empty continuation: log 1, greedy
     todo = [i for i, p in enumerate(pairs) if p.continuation]

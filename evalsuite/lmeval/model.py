@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from evalsuite.errors import EvalsuiteError
 from evalsuite.lmeval.likelihood import Pair, encode_pair, rolling_pairs, score_pairs
 from evalsuite.models.loader import LoadedModel
-from evalsuite.engine.generate import iter_generate
+from evalsuite.backends.inprocess.generate import iter_generate
 from evalsuite.tasks.base import GenSettings
 from evalsuite.variants.build import BuiltVariant, build_variant
 from evalsuite.variants.spec import VariantSpec, parse_variant

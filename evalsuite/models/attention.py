@@ -25,7 +25,7 @@ Two kernels, registered with transformers' ``AttentionInterface`` as ``NAME``:
 Measured on a 2-core AVX-512-BF16 EPYC (SmolLM2-135M, ``benchmarks/cpu/decode_attention.py``): see docs/verification.md.
 Other devices, additive masks, soft-capping, sinks and ``output_attentions`` keep transformers' SDPA (and
 ``models.invariance.invariant`` is False there), and so does a model on a CPU whose matmuls fail the probe at its
-shapes and dtype (bf16 on CPUs with AMX, ``evalsuite.onednn``): there these kernels cannot make a row's logits
+shapes and dtype (bf16 on CPUs with AMX, ``evalsuite.cpu.onednn``): there these kernels cannot make a row's logits
 batch-invariant, and cost a quarter of a run's time (a whole run 136 s against 103 s with SDPA). Such a model runs
 ``SDPA_GQA``: SDPA's values bit for bit, without transformers' per-forward copy of every K/V head in masked
 multi-token forwards (``sdpa_gqa_forward``).
@@ -305,7 +305,7 @@ def use_invariant_kernels(model: Any) -> str:
         return str(current)
     param = next(model.parameters(), None)
     # probed at load (cached per dtype and shapes) with plain Linear calls: where they are not batch-invariant at the
-    # model's shapes (bf16 on CPUs with AMX: evalsuite.onednn) the kernels cost more than exact verification saves.
+    # model's shapes (bf16 on CPUs with AMX: evalsuite.cpu.onednn) the kernels cost more than exact verification saves.
     # Packed Linear layers pass the probe there too, but the kernels then cost 1.6x a whole run (models.packed)
     ok = param is None or param.device.type != "cpu" or probe(param.dtype, linear_shapes(model), head_dim(config)).ok
     if current in ("sdpa", SDPA_GQA) and not ok:

@@ -151,11 +151,11 @@ def load_model(name: str = "default", dtype: str = "auto", device: str = "auto")
     fp32 this machine multiplies faster at the model's shapes (``evalsuite.models.dtype``, measured, never
     assumed): fp32 holds every bf16 value exactly, so the weights stay BF16-valued; byte figures count them at 2
     bytes. ``auto`` on CUDA: bf16 (GPUs with bf16 tensor cores run it faster; nothing is measured). Sets MKL's
-    reproducibility mode first (``evalsuite.mkl.choose_cbwr``): the one process-wide choice loading a model makes."""
-    from evalsuite.mkl import choose_cbwr
+    reproducibility mode first (``evalsuite.cpu.mkl.choose_cbwr``): the one process-wide choice loading a model makes."""
+    from evalsuite.cpu.mkl import choose_cbwr
     from evalsuite.models.device import resolve_device
 
-    choose_cbwr()  # MKL's strict mode, unless the user chose one (``evalsuite.mkl``: effective before MKL's first call)
+    choose_cbwr()  # MKL's strict mode, unless the user chose one (``evalsuite.cpu.mkl``: effective before MKL's first call)
     target = resolve_device(device)
     auto = dtype == "auto"
     model, tok, source = load_pretrained(name, "bfloat16" if auto else dtype, target)

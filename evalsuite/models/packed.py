@@ -6,7 +6,7 @@ the weight into oneDNN's blocked layout first, and picks its kernel by the call'
 * **Speed.** At decode's few rows the reorder is most of the call. SmolLM2-135M's projections at 16 rows took
   25-91 us per call with ``F.linear`` against 21-38 us packed; the 49,152-row ``lm_head`` 2.5 ms against 1.3 ms.
   (A 2-core Xeon with AMX, flags avx512_bf16 amx_bf16, torch 2.13; ``benchmarks/cpu/packed_linear.py``.)
-* **Batch invariance.** On CPUs with AMX, oneDNN switches kernels by the row count (``evalsuite.onednn``): a row
+* **Batch invariance.** On CPUs with AMX, oneDNN switches kernels by the row count (``evalsuite.cpu.onednn``): a row
   is computed differently at 33-299 rows than at <= 32, so verification needed near-tie margins in bf16.
 
 Packing once with a batch hint of one row (``torch.ops.mkldnn._reorder_linear_weight(w, 1)``, the op

@@ -37,7 +37,7 @@ from typing import Any, Iterable
 from evalsuite.errors import EvalsuiteError
 from evalsuite.core.records import SampleResult, VariantInfo
 from evalsuite.gate.types import GateResult
-from evalsuite.plan.capacity import fmt_bytes  # where sizes are parsed; re-exported for the renderers
+from evalsuite.capacity.capacity import fmt_bytes  # where sizes are parsed; re-exported for the renderers
 from evalsuite.stats.types import PairedStats
 
 SCHEMA_VERSION = 2

@@ -4,10 +4,10 @@ A backend turns (variant, task, sample indices) into scored samples, gives teach
 variant against the baseline's stored answers, and describes each variant (bytes; the Runner adds the timing
 medians from the stored samples). Four implementations:
 
-* ``evalsuite.engine.inprocess.InProcessBackend``: a model loaded in this process, variants built from it;
-* ``evalsuite.served.endpoint_backend.EndpointBackend``: OpenAI-compatible servers (vLLM, llama.cpp, ...);
-* ``evalsuite.served.mixed.MixedBackend``: an in-process baseline beside served variants;
-* ``evalsuite.scale.ray_backend.RayBackend``: the in-process backend fanned out over Ray workers.
+* ``evalsuite.backends.inprocess.inprocess.InProcessBackend``: a model loaded in this process, variants built from it;
+* ``evalsuite.backends.served.endpoint_backend.EndpointBackend``: OpenAI-compatible servers (vLLM, llama.cpp, ...);
+* ``evalsuite.backends.served.mixed.MixedBackend``: an in-process baseline beside served variants;
+* ``evalsuite.backends.ray.ray_backend.RayBackend``: the in-process backend fanned out over Ray workers.
 
 The Runner (``evalsuite.run.runner``) owns everything else once, for all four: which samples are still to do,
 storing as results arrive, resume, timing medians, the noise floor. Backends are chosen above ``run`` (in the
@@ -52,7 +52,7 @@ class Backend(Protocol):
     """Generation, KLD and variant facts for the Runner. ``variants`` parses without loading anything.
 
     Optional: ``fit_tasks(tasks)``, called with the prepared tasks before ``load`` (the vLLM engine sizes its
-    servers' context and memory to the longest prompt, ``served.vllm.memory``)."""
+    servers' context and memory to the longest prompt, ``backends.served.vllm.memory``)."""
 
     kld_method: str  # how ``kld`` measures: stored in the run so the report can say it
 

@@ -7,7 +7,7 @@ is refused, with the reason. A stored baseline may hold fewer samples than a run
 imported, the rest generated; ``grow`` stores them back (stored answers kept, new ones added), so a second
 sequential run regenerates no stored answer. The baseline's side of KLD (its teacher-forced logits) is not stored:
 each run recomputes it in its KLD or verification pass, on top of the baseline's prompt K/V, which a growing
-source keeps on disk beside the answers (``prompt_folder``, ``engine.spill``) so that pass does not prefill the
+source keeps on disk beside the answers (``prompt_folder``, ``backends.inprocess.spill``) so that pass does not prefill the
 stored prompts again.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ RUN_KEYS = (
     "batch_invariant",
     "onednn_isa",
     "mkl_cbwr",
-    "cpu_class",  # the CPU's vendor and the kernels' instruction sets (evalsuite.cpuclass); none: not reused
+    "cpu_class",  # the CPU's vendor and the kernels' instruction sets (evalsuite.cpu.cpuclass); none: not reused
     "linear",
     "vllm_version",  # --engine vllm (served.vllm.identity)
     "vllm_libraries",  # torch / transformers / vllm of vLLM's interpreter
@@ -59,8 +59,8 @@ RUN_KEYS = (
     "endpoint_server",  # what the server says about itself (/v1/models, /version, /props, /info)
 )
 #: what a manifest written before a key existed stored implicitly (every baseline before --device ran on the CPU,
-#: before ``evalsuite.models.attention`` with transformers' SDPA, before ``evalsuite.onednn`` at oneDNN's own level,
-#: before ``evalsuite.mkl`` in MKL's default mode, before ``evalsuite.models.packed`` with plain Linear calls). The
+#: before ``evalsuite.models.attention`` with transformers' SDPA, before ``evalsuite.cpu.onednn`` at oneDNN's own level,
+#: before ``evalsuite.cpu.mkl`` in MKL's default mode, before ``evalsuite.models.packed`` with plain Linear calls). The
 #: vLLM and endpoint keys have none: a served baseline stored before them ran on a server no one recorded
 RUN_DEFAULTS = {"device": "cpu", "attention": "sdpa", "batch_invariant": False, "onednn_isa": "default",
                 "mkl_cbwr": "default", "linear": "plain"}
@@ -212,7 +212,7 @@ class BaselineSource:
         return manifest, mismatch_reason(manifest, task, self.seed, run, partial=self.grow)
 
     def prompt_folder(self, settings: dict[str, Any]) -> Path:
-        """Where the baseline's prompt K/V are kept beside its answers (``engine.spill``): one folder per
+        """Where the baseline's prompt K/V are kept beside its answers (``backends.inprocess.spill``): one folder per
         everything that changes them (the run settings of ``run_key``, library versions, the decode format)."""
         import hashlib
 

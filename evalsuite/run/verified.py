@@ -2,7 +2,7 @@
 
 ``meta.verify[variant][task]``: samples verified / diverged, answer positions checked and near-ties among them
 (the share the near-tie threshold flags, ``run.verify.NEAR_TIE``), and how many of those a decode step decided
-(``stepped``, ``engine.ties``). ``meta.verify_audit[variant][task]``: audited
+(``stepped``, ``backends.inprocess.ties``). ``meta.verify_audit[variant][task]``: audited
 samples (a seeded fraction of the verified ones, regenerated in full) and how many gave the same answer.
 """
 from __future__ import annotations

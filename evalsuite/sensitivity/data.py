@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from evalsuite.core.config import RunConfig
-from evalsuite.engine.generate import encode_prompts, generate_batch, plan_batches
+from evalsuite.backends.inprocess.generate import encode_prompts, generate_batch, plan_batches
 from evalsuite.run.prepare import prepare_tasks
 from evalsuite.run.prompts import render_prompt
 from evalsuite.sensitivity.forward import Batch

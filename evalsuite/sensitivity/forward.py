@@ -3,7 +3,7 @@
 Weights: one forward over ``[left padding][prompt][answer]``; the baseline's input to every decoder layer is kept,
 so a pass in which only layer ``i`` changed starts at layer ``i`` (layers below it compute what the baseline
 computed). KV: the prompt is prefilled in full precision (what an ``exact``-prefill cache stores, as the decoder
-does), then the answer runs as a second chunk through the cache (``engine.answer``), so attention reads quantized
+does), then the answer runs as a second chunk through the cache (``backends.inprocess.answer``), so attention reads quantized
 K/V; the baseline's prompt K/V are computed once and copied into each cache. Log-probs come out as
 [batch, answer_len, vocab].
 """
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from evalsuite.engine.answer import snapshot_answer_logprobs
+from evalsuite.backends.inprocess.answer import snapshot_answer_logprobs
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The decision per tenant: of the run's variants, those its runtime serves (``runtimes``), that fit its GPUs at its
-context and concurrency (``plan.serve``, on the run's model shape with each variant's measured bytes), that meet
+context and concurrency (``capacity.serve``, on the run's model shape with each variant's measured bytes), that meet
 its decode target, and that its policy accepts (the gate's own verdict under that policy: PASS, or INCONCLUSIVE
 under ``on_inconclusive: pass``): the best by its objective. None: the baseline if it fits, else nothing serves it.
 
@@ -16,9 +16,9 @@ from typing import Any, Callable, Mapping, Sequence
 from evalsuite.core.records import VariantInfo
 from evalsuite.gate.policy import Policy
 from evalsuite.gate.types import RANK, CheckResult, GateResult
-from evalsuite.plan.bytes import kv_dims
-from evalsuite.plan.serve import Footprint, Serving, footprint, gpus, serve, shortfall, speedup
-from evalsuite.plan.shape import ModelShape
+from evalsuite.capacity.bytes import kv_dims
+from evalsuite.capacity.serve import Footprint, Serving, footprint, gpus, serve, shortfall, speedup
+from evalsuite.capacity.shape import ModelShape
 from evalsuite.tenants.forms import BYTES_PER_VALUE, Form
 from evalsuite.tenants.runtimes import serves
 from evalsuite.tenants.spec import Tenant

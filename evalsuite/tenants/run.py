@@ -7,7 +7,7 @@ from typing import Any
 
 from evalsuite.core.store import Store
 from evalsuite.gate.store_gate import GatedRun, gate_store
-from evalsuite.plan.shape import ModelShape, count_params, shape_from_config
+from evalsuite.capacity.shape import ModelShape, count_params, shape_from_config
 from evalsuite.tenants.decide import RunFacts, TenantDecision, decide_all, exit_code
 from evalsuite.tenants.forms import form_of
 from evalsuite.tenants.spec import Tenant

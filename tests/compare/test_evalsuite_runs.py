@@ -14,8 +14,8 @@ KV = "kv2g32r16"
 def runs(tiny_lm, tmp_path_factory):
     """Two finished evalsuite runs of the same 8 toy samples: bf16 + KV variant (with KLD), and bf16 + two
     variants (without)."""
-    from evalsuite.engine.inprocess import InProcessBackend
-    from evalsuite.engine.speed import SpeedProbe
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.speed import SpeedProbe
     from tests.conftest import prepared, run_model
 
     def backend():  # a speed probe of one short row: its figures are not what these tests are about

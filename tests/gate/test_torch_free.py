@@ -7,19 +7,19 @@ import subprocess
 import sys
 
 CORE = ["evalsuite.core.records", "evalsuite.core.store", "evalsuite.core.state", "evalsuite.core.decision",
-        "evalsuite.gate.decide", "evalsuite.stats.compare", "evalsuite.stats.sequential",
+        "evalsuite.gate.decide", "evalsuite.stats.slices", "evalsuite.stats.sequential",
         "evalsuite.stats.pooled", "evalsuite.gate.pooled",
         "evalsuite.gate.policy", "evalsuite.gate.verdict", "evalsuite.gate.store_gate", "evalsuite.tenants.decide",
-        "evalsuite.tenants.run", "evalsuite.tenants.spec", "evalsuite.plan.serve",
+        "evalsuite.tenants.run", "evalsuite.tenants.spec", "evalsuite.capacity.serve",
         "evalsuite.report.build", "evalsuite.report.ablation", "evalsuite.cli.gate_cmd", "evalsuite.cli.report_cmd",
         "evalsuite.cli.tenants_cmd", "evalsuite.cli.finish"]
 #: modules that say they need no torch (plan/: ``evalsuite plan`` reads a config.json; the grammar parses specs)
-TORCH_FREE = ["evalsuite.plan", "evalsuite.plan.bytes", "evalsuite.plan.capacity", "evalsuite.plan.render",
-              "evalsuite.plan.shape", "evalsuite.cli.plan_cmd", "evalsuite.variants.grammar",
+TORCH_FREE = ["evalsuite.capacity", "evalsuite.capacity.bytes", "evalsuite.capacity.capacity", "evalsuite.capacity.render",
+              "evalsuite.capacity.shape", "evalsuite.cli.plan_cmd", "evalsuite.variants.grammar",
               "evalsuite.variants.quant_grammar", "evalsuite.variants.forms", "evalsuite.variants.mixed",
               "evalsuite.kvcache.config", "evalsuite.kvcache.bytes", "evalsuite.models.device",
-              "evalsuite.models.embedded", "evalsuite.paths", "evalsuite.threads", "evalsuite.mkl",
-              "evalsuite.served.vllm.sizes", "evalsuite.served.vllm.memory", "evalsuite.served.vllm.cli",
+              "evalsuite.models.embedded", "evalsuite.paths", "evalsuite.cpu.threads", "evalsuite.cpu.mkl",
+              "evalsuite.backends.served.vllm.sizes", "evalsuite.backends.served.vllm.memory", "evalsuite.backends.served.vllm.cli",
               "evalsuite.core.machine"]
 
 

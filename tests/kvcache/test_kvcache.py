@@ -220,8 +220,8 @@ def test_sliding_window_model_supported_by_evalsuite_backend_only() -> None:
 def test_per_layer_bits_exact_bytes(model, text: str) -> None:
     from transformers.cache_utils import DynamicLayer
 
-    from evalsuite.plan.bytes import kv_bytes_for_context, kv_bytes_per_token as plan_bpt
-    from evalsuite.plan.shape import shape_from_config
+    from evalsuite.capacity.bytes import kv_bytes_for_context, kv_bytes_per_token as plan_bpt
+    from evalsuite.capacity.shape import shape_from_config
     from evalsuite.variants.spec import parse_variant
 
     cfg = parse_variant(text).kv

@@ -167,7 +167,7 @@ def test_tiny_model_decodes_like_sdpa(dtype):
 
 
 def test_loaded_models_run_it_and_say_so(tokenizer, tiny):
-    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
 
     assert tiny.model.config._attn_implementation == NAME
     assert tiny.meta["attention"] == NAME

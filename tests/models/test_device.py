@@ -94,7 +94,7 @@ def test_load_model_on_cpu_records_the_device(tiny, tmp_path):
 
 def test_settings_and_run_config_record_the_device(tiny):
     from evalsuite.core.config import RunConfig
-    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
 
     assert tiny.meta["device"] == "cpu"
     assert InProcessBackend.of(tiny).settings()["device"] == "cpu"

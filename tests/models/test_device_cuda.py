@@ -29,7 +29,7 @@ def test_loaded_on_cuda_records_it_and_auto_dtype_is_bf16(tiny_cuda, tmp_path):
 
 
 def test_run_with_kv_cache_kld_and_w8_on_cuda(tiny_cuda, tmp_path):
-    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
     from evalsuite.variants.spec import parse_variant
     from tests.conftest import prepared, run_model
 
@@ -49,7 +49,7 @@ def test_run_with_kv_cache_kld_and_w8_on_cuda(tiny_cuda, tmp_path):
 
 
 def test_quantized_cache_holds_cuda_tensors(tiny_cuda):
-    from evalsuite.engine.generate import generate_batch
+    from evalsuite.backends.inprocess.generate import generate_batch
     from evalsuite.tasks.base import GenSettings
     from evalsuite.variants.build import build_variant
     from evalsuite.variants.spec import parse_variant
@@ -73,7 +73,7 @@ def test_quantized_cache_holds_cuda_tensors(tiny_cuda):
 
 def test_sampled_generation_on_cuda_is_seeded(tiny_cuda):
     """Sampling draws on the CPU (per-row CPU generators): the same seeds give the same answers on CUDA."""
-    from evalsuite.engine.generate import generate_batch
+    from evalsuite.backends.inprocess.generate import generate_batch
     from evalsuite.tasks.base import GenSettings
 
     gen = GenSettings(max_new_tokens=6, temperature=1.0)
@@ -122,7 +122,7 @@ def test_w4g64_dequantized_runs_on_cuda_without_building_quanto_cuda(tiny_cuda, 
 
 
 def test_quanto_kernels_refuse_w4g64_on_cuda_and_run_w4g128_on_tinygemm(tiny_cuda):
-    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
     from evalsuite.errors import EvalsuiteError
     from evalsuite.variants.build import build_variant
     from evalsuite.variants.spec import parse_variant
@@ -140,8 +140,8 @@ def test_a_stored_baselines_spilled_prompt_kv_reads_back_onto_the_gpu(tiny_cuda,
     """A KV variant against a stored baseline takes the baseline's prompt K/V from disk: on the GPU, where its cache
     and forward are (read back onto the CPU, the first spilled prompt mixed devices)."""
     from evalsuite.core.config import RunConfig
-    from evalsuite.engine.inprocess import InProcessBackend
-    from evalsuite.engine.spill import PromptDisk
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.spill import PromptDisk
     from evalsuite.run.pipeline import execute
     from evalsuite.tasks.registry import Registry
     from tests.toytask import CopyTask

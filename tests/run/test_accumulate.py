@@ -9,7 +9,7 @@ import pytest
 
 from evalsuite.cli.run_cmd import accumulated
 from evalsuite.core.config import RunConfig
-from evalsuite.engine.inprocess import InProcessBackend
+from evalsuite.backends.inprocess.inprocess import InProcessBackend
 from evalsuite.gate.decide import store_decider
 from evalsuite.run.accumulate import accumulate_id
 from evalsuite.run.pipeline import execute

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from evalsuite.cpuclass import host_class
+from evalsuite.cpu.cpuclass import host_class
 from evalsuite.models.attention import NAME
 from evalsuite.errors import StoreMismatch
-from evalsuite.mkl import cbwr_setting
+from evalsuite.cpu.mkl import cbwr_setting
 from evalsuite.models.packed import setting as linear_setting
-from evalsuite.onednn import isa_setting
+from evalsuite.cpu.onednn import isa_setting
 from evalsuite.run.baselines import BaselineSource, save_baseline
 from tests.conftest import prepared, run_model
 from tests.run.test_runner import ArmedCopyTask
@@ -65,7 +65,7 @@ def test_manifest_from_before_device_counts_as_cpu(pinned):
 @pytest.mark.parametrize("key, before, now", [("mkl_cbwr", "default", "AUTO,STRICT"), ("linear", "plain", "packed1")])
 def test_a_baseline_stored_before_a_kernel_setting_existed_is_not_mixed_with_the_new_kernels(pinned, key, before,
                                                                                             now):
-    """float32 results change in their last bits with MKL's mode (``evalsuite.mkl``), bf16 prefills with packed
+    """float32 results change in their last bits with MKL's mode (``evalsuite.cpu.mkl``), bf16 prefills with packed
     Linear weights (``models.packed``): a manifest written before the setting was recorded counts as the old
     kernels, refused under the new ones."""
     import json

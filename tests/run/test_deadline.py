@@ -49,7 +49,7 @@ def test_the_baseline_answers_nothing_no_variant_pairs_when_the_budget_ends(tiny
     """A real run whose budget ends right after the baseline answered a chunk (the clock jumps an hour as its
     generation returns, in the second look): the variants still pair that chunk, then nothing more starts."""
     from evalsuite.core.config import RunConfig
-    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
     from evalsuite.gate.decide import store_decider
     from evalsuite.run.pipeline import execute
     from tests.run.test_rounds import _registry

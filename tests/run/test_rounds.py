@@ -7,7 +7,7 @@ import pytest
 from evalsuite.gate.decide import store_decider
 from evalsuite.gate.store_gate import gate_store
 from evalsuite.core.config import RunConfig
-from evalsuite.engine.inprocess import InProcessBackend
+from evalsuite.backends.inprocess.inprocess import InProcessBackend
 from evalsuite.run.pipeline import execute
 from evalsuite.core.store import Store
 from evalsuite.tasks.registry import Registry

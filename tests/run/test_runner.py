@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from evalsuite.engine.inprocess import InProcessBackend
+from evalsuite.backends.inprocess.inprocess import InProcessBackend
 from evalsuite.core.store import Store
 from evalsuite.tasks.base import Score
 from tests.conftest import prepared, run_model

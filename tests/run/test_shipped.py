@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.cpuclass import host_class
+from evalsuite.cpu.cpuclass import host_class
 from evalsuite.errors import EvalsuiteError
 from evalsuite.run.baselines import BaselineSource, save_baseline
 from evalsuite.run.shipped import seed, ship

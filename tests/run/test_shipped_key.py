@@ -78,7 +78,7 @@ def test_the_shipped_baseline_matches_what_the_code_would_key():
 def test_the_first_answers_of_every_task_regenerate_as_shipped_on_this_cpu(tmp_path):
     """make gate's first chunk of each task (``run.rounds.PROBE`` samples, batched as the build batched them),
     generated afresh here, equals the shipped answers, where the shipped key applies to this CPU."""
-    from evalsuite.cpuclass import host_class
+    from evalsuite.cpu.cpuclass import host_class
     from evalsuite.run.rounds import PROBE
 
     klass = host_class()

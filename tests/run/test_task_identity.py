@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from evalsuite.core.config import RESUMABLE, RunConfig
 from evalsuite.core.store import Store
-from evalsuite.engine.inprocess import InProcessBackend
+from evalsuite.backends.inprocess.inprocess import InProcessBackend
 from evalsuite.errors import EvalsuiteError, StoreMismatch
 from evalsuite.run.pipeline import execute
 from evalsuite.tasks.registry import Registry

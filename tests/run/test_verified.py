@@ -107,8 +107,8 @@ def test_bf16_weight_only_variants_regenerate_only_without_invariant_kernels(tin
     """``--verify auto`` (the backend's ``verify_bf16=False``) verifies every greedy variant on batch-invariant
     kernels; on other kernels (here SDPA) it regenerates a weight-only variant in bf16 compute and says why, and
     still verifies a KV-cache variant; ``on`` verifies both."""
-    from evalsuite.engine.inprocess import InProcessBackend
-    from evalsuite.engine.verify import BF16_UNVERIFIED
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.verify import BF16_UNVERIFIED
     from evalsuite.models.invariance import invariant
 
     assert str(tiny.dtype).removeprefix("torch.") == "bfloat16"
@@ -152,7 +152,7 @@ def _rounds_run(loaded, run_dir, variants, tasks, backend):
 
 def _count_takes(monkeypatch):
     """Every ``PromptSnapshots.take`` from now on, as (owner, whether it served the batch)."""
-    from evalsuite.engine import snapshots
+    from evalsuite.backends.inprocess import snapshots
 
     served, take = [], snapshots.PromptSnapshots.take
 
@@ -171,7 +171,7 @@ def test_a_kv_sibling_verifies_from_the_weight_only_variants_prompt_kv(tiny, tmp
     """w4g32's prefills (its verification pass, or its generation and KLD when it regenerates) keep their prompt
     K/V, and w4g32+kv4g32r8, the same weights with a quantized cache, verifies from those K/V instead of its own
     prefill: the same answers as with no K/V kept at all."""
-    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
 
     if not verify_weights:
         tiny.model.set_attn_implementation("sdpa")  # not batch-invariant: --verify auto regenerates w4g32
@@ -196,7 +196,7 @@ def test_a_kv_sibling_run_after_its_weight_only_variant_is_released_still_takes_
     """A run that takes one variant at a time releases w4g32 (and runs a KV-only variant) before
     w4g32+kv4g32r8 starts: w4g32's last prompt K/V are still there for the sibling, and the answers equal a run
     that keeps none. A different weight-only variant's K/V are never taken."""
-    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
 
     tasks, served = prepared(n=4, seed=2), _count_takes(monkeypatch)
     variants = ("bf16", "w4g32", "kv4g32r8", "w4g32+kv4g32r8")
@@ -216,7 +216,7 @@ def test_a_kv_sibling_run_after_its_weight_only_variant_is_released_still_takes_
 def test_the_baselines_side_is_computed_once_per_sample_across_variants(tokenizer, tmp_path, monkeypatch):
     """A weight-only variant's passes are batched by prompt + answer (it prefills), a KV-only one's by answer:
     the baseline's log-probs are still computed once per sample, and the answers are regeneration's."""
-    from evalsuite.engine import inprocess
+    from evalsuite.backends.inprocess import inprocess
 
     loaded, tasks, counted = fp32_tiny(tokenizer), prepared(n=8, seed=3), []
     real = inprocess.baseline_logprobs
@@ -237,7 +237,7 @@ def test_a_deadline_during_verification_regenerates_nothing(tokenizer, tmp_path,
     import time
 
     from evalsuite.core.config import RunConfig
-    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
     from evalsuite.run.runner import Runner
 
     loaded, tasks = fp32_tiny(tokenizer), prepared(n=8, seed=2)

@@ -13,7 +13,7 @@ from evalsuite.cli.tenants_cmd import tenants as tenants_cmd
 from evalsuite.core.config import RunConfig
 from evalsuite.core.records import SampleResult, VariantInfo
 from evalsuite.core.store import Store
-from evalsuite.plan import load_config, shape_from_config, weight_breakdown
+from evalsuite.capacity import load_config, shape_from_config, weight_breakdown
 from evalsuite.variants.spec import parse_variant
 
 CONFIG = load_config(Path(__file__).parents[1] / "data" / "configs" / "smollm2-135m.json")

@@ -11,8 +11,8 @@ import pytest
 
 from evalsuite.gate.policy import parse_policy
 from evalsuite.gate.types import CheckResult, GateResult
-from evalsuite.plan import load_config, shape_from_config
-from evalsuite.plan.serve import Workload
+from evalsuite.capacity import load_config, shape_from_config
+from evalsuite.capacity.serve import Workload
 from evalsuite.tenants.decide import RunFacts, decide_tenant, exit_code
 from evalsuite.tenants.forms import form_of_spec
 from evalsuite.tenants.spec import Tenant

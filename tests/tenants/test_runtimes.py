@@ -1,5 +1,5 @@
 """The runtime-support table against the engine code: what vLLM serves as the run wrote it is exactly what
-``served/vllm/specs.py`` accepts; its CPU-build rules are ``backend.NO_CPU_QUANTIZATION`` and ``fp8_kv_runs``;
+``backends/served/vllm/specs.py`` accepts; its CPU-build rules are ``backend.NO_CPU_QUANTIZATION`` and ``fp8_kv_runs``;
 what transformers serves as written is what the in-process engine builds; docs/tenants.md shows this table."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.served.vllm.backend import FP8_KV_AVX512, NO_CPU_QUANTIZATION, fp8_kv_runs, refuse_unsupported
-from evalsuite.served.vllm.specs import parse_served
+from evalsuite.backends.served.vllm.backend import FP8_KV_AVX512, NO_CPU_QUANTIZATION, fp8_kv_runs, refuse_unsupported
+from evalsuite.backends.served.vllm.specs import parse_served
 from evalsuite.tenants.forms import form_of, form_of_spec
 from evalsuite.tenants.runtimes import FP8_KV_CPU, KV, WEIGHTS, markdown, serves
 from evalsuite.variants.spec import parse_variant

@@ -77,7 +77,7 @@ def test_bytes_and_fingerprint_come_from_the_artifact(tiny, art):
 
 @pytest.mark.slow
 def test_other_tokenizer_or_chat_template_is_refused(tiny, tmp_path):
-    from evalsuite.engine.inprocess import InProcessBackend
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
 
     tmpl = _save(tiny.model, tiny.tokenizer, tmp_path / "tmpl", template="{{ messages[0]['content'] }}")
     vocab = _save(tiny.model, tiny.tokenizer, tmp_path / "vocab", extra_token="<zzz-extra>")

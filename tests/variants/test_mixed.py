@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from evalsuite.errors import EvalsuiteError, SpecError
-from evalsuite.plan.bytes import weight_breakdown
-from evalsuite.plan.shape import shape_from_config
+from evalsuite.capacity.bytes import weight_breakdown
+from evalsuite.capacity.shape import shape_from_config
 from evalsuite.variants.build import build_variant
 from evalsuite.variants.mixed import resolve_rules
 from evalsuite.variants.spec import parse_variant, parse_variant_list, variant_from_dict
