@@ -1,4 +1,5 @@
-"""Seconds per variant of a needle run with and without prompt K/V reuse (``evalsuite/backends/inprocess/snapshots.py``).
+"""Seconds per variant of a needle run with and without prompt K/V reuse
+(``evalsuite/backends/inprocess/snapshots.py``).
 
 Two in-process runs side by side in one process, on the same samples: ``reuse`` (a weight-only variant's KLD
 reuses the prompt K/V of its own generation, the default; a KV-cache-only variant starts from the baseline's

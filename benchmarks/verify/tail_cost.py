@@ -1,5 +1,5 @@
-"""Diverged tails decoded step by step against drafted (``backends.inprocess.drafted``), side by side on the same checked
-batches: wall time, forwards and how many tails come out identical.
+"""Diverged tails decoded step by step against drafted (``backends.inprocess.drafted``), side by side on the same
+checked batches: wall time, forwards and how many tails come out identical.
 
 The baseline answers the task's first ``--n`` samples (greedy); the variant's verification pass checks them in
 batches of ``--batch``; then the same diverged rows' tails are decoded by ``verify.finish`` twice, ``draft=0``

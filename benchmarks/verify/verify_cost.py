@@ -1,8 +1,9 @@
 """What a variant's per-sample work costs, side by side on the same samples: generating its answers, the KLD pass
 of ``--verify off`` (prompt, then the answer as one chunk; log-softmax, KL and top-1 over real answer positions
-only: ``backends.inprocess.kld.packed_kld``), the same pass computed over the whole padded batch as it was before (float32
-[batch, answer, vocab] log-probs of both models; its KL values must be the same), and the verification pass that
-replaces generation + KLD (``backends.inprocess.verify``: one chunked pass, ``lm_head`` at answer positions only, KL per row).
+only: ``backends.inprocess.kld.packed_kld``), the same pass computed over the whole padded batch as it was before
+(float32 [batch, answer, vocab] log-probs of both models; its KL values must be the same), and the verification pass
+that replaces generation + KLD (``backends.inprocess.verify``: one chunked pass, ``lm_head`` at answer positions only,
+KL per row).
 
     .venv/bin/python -m benchmarks.verify.verify_cost --task code --n 16 --variant w4g32
 """

@@ -1,8 +1,9 @@
 """How verification passes are batched, side by side in one process: the old cut (rows sorted by prompt + answer
-length, cut at the row and token budget: ``backends.inprocess.decoder.plan_batches``) against ``backends.inprocess.forced.plan_passes``
-(the cut that pads the fewest token slots), on the same baseline answers and the same variant. Both sides run the
-baseline's log-probs and the variant's pass + tails batch by batch (``backends.inprocess.verify``), alternated ``--repeat``
-times; the outputs must be equal (the kernels are batch-invariant), and the table gives each cut's seconds.
+length, cut at the row and token budget: ``backends.inprocess.decoder.plan_batches``) against
+``backends.inprocess.forced.plan_passes`` (the cut that pads the fewest token slots), on the same baseline answers and
+the same variant. Both sides run the baseline's log-probs and the variant's pass + tails batch by batch
+(``backends.inprocess.verify``), alternated ``--repeat`` times; the outputs must be equal (the kernels are
+batch-invariant), and the table gives each cut's seconds.
 
     .venv/bin/python -m benchmarks.verify.verify_plan --task needle --n 16 --variant kv4g32
 """

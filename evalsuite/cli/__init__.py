@@ -94,8 +94,9 @@ def _internal_error(exc: BaseException) -> None:
 
 def process_policies() -> None:
     """The process-wide choices of an evalsuite command, made before torch loads (importing evalsuite makes
-    none): how OpenMP threads wait (``evalsuite.cpu.threads``) and MKL's reproducibility mode (``evalsuite.cpu.mkl``); and
-    the task prefixes of the packages above the task registry (``lm_eval:``, ``evalsuite.lmeval.register_tasks``)."""
+    none): how OpenMP threads wait (``evalsuite.cpu.threads``) and MKL's reproducibility mode (``evalsuite.cpu.mkl``);
+    and the task prefixes of the packages above the task registry (``lm_eval:``,
+    ``evalsuite.lmeval.register_tasks``)."""
     from evalsuite.lmeval import register_tasks
     from evalsuite.cpu.mkl import choose_cbwr
     from evalsuite.cpu.threads import choose_wait_policy

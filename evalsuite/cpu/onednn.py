@@ -2,9 +2,9 @@
 
 torch runs bf16 matmuls on the CPU through oneDNN, which picks its kernel by the CPU's best instruction set and the
 call's shape. On AVX-512-BF16 CPUs without AMX a Linear's output row does not depend on how many rows the call has
-(from ``models.invariance.MIN_ROWS`` on): verification is exact there (``backends.inprocess.verify``). On CPUs with AMX (Intel
-Sapphire Rapids and later, flag ``amx_bf16``) oneDNN switches between AMX and AVX-512 kernels by the number of rows:
-SmolLM2-135M's projections compute a row differently at 33-299 rows than at <= 32 or >= 300 (a 2-core Xeon with
+(from ``models.invariance.MIN_ROWS`` on): verification is exact there (``backends.inprocess.verify``). On CPUs with AMX
+(Intel Sapphire Rapids and later, flag ``amx_bf16``) oneDNN switches between AMX and AVX-512 kernels by the number of
+rows: SmolLM2-135M's projections compute a row differently at 33-299 rows than at <= 32 or >= 300 (a 2-core Xeon with
 AMX, torch 2.13), so ``models.invariance.probe`` fails, verification keeps its near-tie margins and a bf16 greedy
 answer can change with its batch.
 

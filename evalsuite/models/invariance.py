@@ -1,9 +1,9 @@
 """Batch invariance: a row's logits do not depend on what it is batched with, how it is padded, or how its tokens
 are chunked (one per decode step, or many in a teacher-forced pass).
 
-Why: verification (``backends.inprocess.verify``) accepts a variant's greedy answer when a batched teacher-forced pass picks the
-baseline's token at every position. That is exact only if the pass computes bit for bit what step-by-step decoding
-computes. Ordinary CPU kernels do not: a matmul's reduction order depends on its shape, so a batched pass and a
+Why: verification (``backends.inprocess.verify``) accepts a variant's greedy answer when a batched teacher-forced pass
+picks the baseline's token at every position. That is exact only if the pass computes bit for bit what step-by-step
+decoding computes. Ordinary CPU kernels do not: a matmul's reduction order depends on its shape, so a batched pass and a
 one-token step round differently, answers drift with batch composition (bf16: about one sample in five regenerates
 differently at another batch size), and verification needed near-tie margins that sent most bf16 rows to a decode.
 

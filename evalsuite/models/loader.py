@@ -151,7 +151,8 @@ def load_model(name: str = "default", dtype: str = "auto", device: str = "auto")
     fp32 this machine multiplies faster at the model's shapes (``evalsuite.models.dtype``, measured, never
     assumed): fp32 holds every bf16 value exactly, so the weights stay BF16-valued; byte figures count them at 2
     bytes. ``auto`` on CUDA: bf16 (GPUs with bf16 tensor cores run it faster; nothing is measured). Sets MKL's
-    reproducibility mode first (``evalsuite.cpu.mkl.choose_cbwr``): the one process-wide choice loading a model makes."""
+    reproducibility mode first (``evalsuite.cpu.mkl.choose_cbwr``): the one process-wide choice loading a model
+    makes."""
     from evalsuite.cpu.mkl import choose_cbwr
     from evalsuite.models.device import resolve_device
 

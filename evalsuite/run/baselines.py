@@ -7,8 +7,8 @@ is refused, with the reason. A stored baseline may hold fewer samples than a run
 imported, the rest generated; ``grow`` stores them back (stored answers kept, new ones added), so a second
 sequential run regenerates no stored answer. The baseline's side of KLD (its teacher-forced logits) is not stored:
 each run recomputes it in its KLD or verification pass, on top of the baseline's prompt K/V, which a growing
-source keeps on disk beside the answers (``prompt_folder``, ``backends.inprocess.spill``) so that pass does not prefill the
-stored prompts again.
+source keeps on disk beside the answers (``prompt_folder``, ``backends.inprocess.spill``) so that pass does not prefill
+the stored prompts again.
 """
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 Weights: one forward over ``[left padding][prompt][answer]``; the baseline's input to every decoder layer is kept,
 so a pass in which only layer ``i`` changed starts at layer ``i`` (layers below it compute what the baseline
 computed). KV: the prompt is prefilled in full precision (what an ``exact``-prefill cache stores, as the decoder
-does), then the answer runs as a second chunk through the cache (``backends.inprocess.answer``), so attention reads quantized
-K/V; the baseline's prompt K/V are computed once and copied into each cache. Log-probs come out as
+does), then the answer runs as a second chunk through the cache (``backends.inprocess.answer``), so attention reads
+quantized K/V; the baseline's prompt K/V are computed once and copied into each cache. Log-probs come out as
 [batch, answer_len, vocab].
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Stop rules: a task's proof that the rest of an answer can no longer change its score.
 
 A task names one in ``GenSettings.stop_rule`` (only when its ``TaskContext.stop_rules`` says the engine applies
-them). evalsuite's in-process decoder (``backends.inprocess.decoder.take_token``, shared by every decode loop: per batch,
-refilled pool, verification tails, drafted decoding) checks the rule after each token and ends the row with stop
+them). evalsuite's in-process decoder (``backends.inprocess.decoder.take_token``, shared by every decode loop: per
+batch, refilled pool, verification tails, drafted decoding) checks the rule after each token and ends the row with stop
 reason ``"rule"`` once it holds. Served engines (vLLM, ``openai:`` endpoints) take stop strings only: there the
 task leaves the rule out, both sides generate to their stop strings or ``max_new_tokens``, and the scores are the
 same by the rule's proof.

@@ -14,13 +14,13 @@ CORE = ["evalsuite.core.records", "evalsuite.core.store", "evalsuite.core.state"
         "evalsuite.report.build", "evalsuite.report.ablation", "evalsuite.cli.gate_cmd", "evalsuite.cli.report_cmd",
         "evalsuite.cli.tenants_cmd", "evalsuite.cli.finish"]
 #: modules that say they need no torch (plan/: ``evalsuite plan`` reads a config.json; the grammar parses specs)
-TORCH_FREE = ["evalsuite.capacity", "evalsuite.capacity.bytes", "evalsuite.capacity.capacity", "evalsuite.capacity.render",
-              "evalsuite.capacity.shape", "evalsuite.cli.plan_cmd", "evalsuite.variants.grammar",
-              "evalsuite.variants.quant_grammar", "evalsuite.variants.forms", "evalsuite.variants.mixed",
-              "evalsuite.kvcache.config", "evalsuite.kvcache.bytes", "evalsuite.models.device",
-              "evalsuite.models.embedded", "evalsuite.paths", "evalsuite.cpu.threads", "evalsuite.cpu.mkl",
-              "evalsuite.backends.served.vllm.sizes", "evalsuite.backends.served.vllm.memory", "evalsuite.backends.served.vllm.cli",
-              "evalsuite.core.machine"]
+TORCH_FREE = ["evalsuite.capacity", "evalsuite.capacity.bytes", "evalsuite.capacity.capacity",
+              "evalsuite.capacity.render", "evalsuite.capacity.shape", "evalsuite.cli.plan_cmd",
+              "evalsuite.variants.grammar", "evalsuite.variants.quant_grammar", "evalsuite.variants.forms",
+              "evalsuite.variants.mixed", "evalsuite.kvcache.config", "evalsuite.kvcache.bytes",
+              "evalsuite.models.device", "evalsuite.models.embedded", "evalsuite.paths", "evalsuite.cpu.threads",
+              "evalsuite.cpu.mkl", "evalsuite.backends.served.vllm.sizes", "evalsuite.backends.served.vllm.memory",
+              "evalsuite.backends.served.vllm.cli", "evalsuite.core.machine"]
 
 
 def _heavy(modules: list[str]) -> str:

@@ -7,8 +7,8 @@ full-precision K/V); fed after the prompt, the answer attends to the prompt's *s
 does. The prompt chunk's last-position logits predict the first answer token, the answer chunk (all but its last
 token) the rest.
 
-Verification's pass (``backends.inprocess.forced``) is not this one: a quantized cache re-quantizes at flush boundaries there,
-so it feeds each row's answer in ragged chunks that end where decoding would flush.
+Verification's pass (``backends.inprocess.forced``) is not this one: a quantized cache re-quantizes at flush boundaries
+there, so it feeds each row's answer in ragged chunks that end where decoding would flush.
 """
 from __future__ import annotations
 

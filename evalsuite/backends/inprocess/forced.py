@@ -1,8 +1,8 @@
 """A teacher-forced pass over prompt + a given answer that gives each token exactly the K/V mix decoding gives it.
 
-Verification, and KLD with ``--verify on``, read their logits from it. It is not ``backends.inprocess.answer`` (the answer
-log-probs after a prefill that ``--verify off``'s KLD, sensitivity and the lm-eval bridge share): its chunks end at
-each row's flush boundaries, which that one-chunk helper cannot give.
+Verification, and KLD with ``--verify on``, read their logits from it. It is not ``backends.inprocess.answer`` (the
+answer log-probs after a prefill that ``--verify off``'s KLD, sensitivity and the lm-eval bridge share): its chunks end
+at each row's flush boundaries, which that one-chunk helper cannot give.
 
 * The prompt is prefilled exactly as the decoder prefills it (``engine.prefill``: shared prefix, exact transfer
   into exact-prefill caches, or the prompt through a quantized-prefill cache), or its K/V come from a snapshot of

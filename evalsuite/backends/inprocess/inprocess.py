@@ -1,9 +1,10 @@
 """The in-process backend: the baseline loaded in this process, each variant built from it once.
 
-Generation: evalsuite's batched decoder (``backends.inprocess.generate``; ``n > 1`` generations as extra rows, each seeded by
-``scoring.row_seed``). A greedy variant is verified against the baseline's answer, which gives its KLD in the same
-pass (``backends.inprocess.verify``); else KLD is teacher-forced on the baseline's answers (``backends.inprocess.kld``). Prompts:
-``backends.inprocess.taskprompts``; prompt K/V kept between passes under one byte budget: ``backends.inprocess.snapshots``.
+Generation: evalsuite's batched decoder (``backends.inprocess.generate``; ``n > 1`` generations as extra rows, each
+seeded by ``scoring.row_seed``). A greedy variant is verified against the baseline's answer, which gives its KLD in the
+same pass (``backends.inprocess.verify``); else KLD is teacher-forced on the baseline's answers
+(``backends.inprocess.kld``). Prompts: ``backends.inprocess.taskprompts``; prompt K/V kept between passes under one byte
+budget: ``backends.inprocess.snapshots``.
 """
 from __future__ import annotations
 
@@ -137,8 +138,8 @@ class InProcessBackend:
 
     def spill_prompts(self, folder: Any, writable: bool = True) -> None:
         """Read the baseline's prompt K/V from ``folder`` (onto the baseline's device) where memory lacks them, and
-        (``writable``) keep them there too (``backends.inprocess.spill``: beside a stored baseline, so a later run does not
-        prefill its prompts again)."""
+        (``writable``) keep them there too (``backends.inprocess.spill``: beside a stored baseline, so a later run does
+        not prefill its prompts again)."""
         from evalsuite.backends.inprocess.spill import PromptDisk
 
         device = model_device(self.loaded.model)

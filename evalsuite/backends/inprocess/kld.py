@@ -1,15 +1,17 @@
 """Teacher-forced KL divergence of a variant's next-token distribution from the baseline's (llama.cpp-style).
 
-The baseline's own answer tokens are fed *after* the prompt as a second chunk (``backends.inprocess.answer``), so a KV variant
-really reads its quantized cache (a single forward pass over prompt+answer shows no KV effect in ``exact`` prefill
-mode). The first answer token is predicted from the prompt chunk's last position; the rest from the answer chunk.
+The baseline's own answer tokens are fed *after* the prompt as a second chunk (``backends.inprocess.answer``), so a KV
+variant really reads its quantized cache (a single forward pass over prompt+answer shows no KV effect in ``exact``
+prefill mode). The first answer token is predicted from the prompt chunk's last position; the rest from the answer
+chunk.
 
 No second prompt prefill for a variant that shares the baseline's weights (a KV-cache-only variant, or the
 baseline's noise floor) and whose cache takes an exact prefill: its prompt K/V and last-position logits are exactly
 the baseline's, so the baseline pass keeps a snapshot of them (references to the prompt chunk's K/V tensors,
 no copy: the answer chunk's ``update`` concatenates into new tensors) and the variant's cache is filled from it,
 as the decoder's exact transfer does, before its own answer chunk. Snapshots live in the prompt K/V store
-(``backends.inprocess.snapshots``) under its byte budget (memory spent for speed); past it the prompt is prefilled again.
+(``backends.inprocess.snapshots``) under its byte budget (memory spent for speed); past it the prompt is prefilled
+again.
 """
 from __future__ import annotations
 
@@ -82,8 +84,8 @@ def _baseline_pass(base_model: Any, tokenizer: Any, prompts: Sequence[tuple[str,
                    snapshot: PromptKV | None = None, observe: Callable[..., None] | None = None,
                    per_row: bool = False) -> tuple[Any, tuple]:
     """The baseline's answer log-probs (cached under ``cache_key``) and the (rows, head, args) a variant reuses.
-    ``snapshot``: the baseline's prompt K/V kept from its generation (``backends.inprocess.snapshots``), used instead of a prompt
-    prefill (then kept for KV-only variants as a prefill's would be). ``observe``: handed the prompt K/V of the
+    ``snapshot``: the baseline's prompt K/V kept from its generation (``backends.inprocess.snapshots``), used instead of
+    a prompt prefill (then kept for KV-only variants as a prefill's would be). ``observe``: handed the prompt K/V of the
     baseline's own prefill when there is no snapshot (a warm run), so the next variant's pass starts from them.
     ``per_row``: a list of bf16 log-probs [n, vocab] per row (its real answer positions; cached under
     ``("rows", key)``) instead of one padded float [batch, answer, vocab] tensor."""
@@ -128,9 +130,9 @@ def teacher_forced_kld(base_model: Any, var_model: Any, tokenizer: Any, prompts:
     With ``base_cache`` and ``cache_key`` the baseline's log-probs of this batch are computed once and reused.
     ``prefix_len`` tokens shared by every prompt are encoded once per model and batch, as the decoder does.
     ``var_snapshot``: the variant's own prompt K/V, last logits and mask for this batch, kept from its generation
-    (``backends.inprocess.snapshots``); used instead of a prompt prefill when its cache takes an exact prefill. ``base_snapshot``:
-    the same for the baseline, kept from the baseline's generation; without it, ``observe_base`` is handed the
-    baseline's prompt K/V from its prefill (``engine.observe_prefills``' observer)."""
+    (``backends.inprocess.snapshots``); used instead of a prompt prefill when its cache takes an exact prefill.
+    ``base_snapshot``: the same for the baseline, kept from the baseline's generation; without it, ``observe_base`` is
+    handed the baseline's prompt K/V from its prefill (``engine.observe_prefills``' observer)."""
     ans = encode_answers(tokenizer, answers)
     cache = base_cache if base_cache is not None and cache_key is not None else BaselineLogprobCache(0)
     base_lp, (rows, head, args) = _baseline_pass(base_model, tokenizer, prompts, ans, cache, cache_key,

@@ -29,7 +29,8 @@ from transformers import DynamicCache
 
 from evalsuite.models.device import synchronize
 from evalsuite.backends.inprocess.growcache import dynamic_layers, grow_cache
-from evalsuite.backends.inprocess.decoder import Decoded, Prefix, pick_tokens, plain_dynamic, plan_batches, prefill, take_token
+from evalsuite.backends.inprocess.decoder import (Decoded, Prefix, pick_tokens, plain_dynamic, plan_batches, prefill,
+                                                  take_token)
 from evalsuite.tasks.base import GenSettings
 
 

@@ -4,8 +4,8 @@ Two uses, both through ``engine.observe_prefills``:
 
 * a weight-only variant (its own weights, unquantized cache) keeps the K/V of its generation's prefills for its
   KLD pass. That KLD is teacher-forced (prompt, then the baseline's answer as a second chunk through the variant's
-  cache, ``backends.inprocess.kld``), and its prompt part was a full prefill, the same one the generation had just done: on long
-  prompts (needle) it doubled the variant's cost. The KLD pass takes the snapshots back and runs only the answer
+  cache, ``backends.inprocess.kld``), and its prompt part was a full prefill, the same one the generation had just done:
+  on long prompts (needle) it doubled the variant's cost. The KLD pass takes the snapshots back and runs only the answer
   chunk. On by default: it changes a measurement in its last float bits, never an answer.
 * opt-in (``--reuse-prompt-kv``): the baseline's generation keeps its prompts' K/V (oldest evicted past the
   budget), and a KV-cache-only variant with exact prefill starts its generation from them instead of a prefill

@@ -15,8 +15,8 @@ the CPU, checked by a probe) the pass computes bit for bit what a step-by-step d
 the decode's and no margin is needed (the choice is the decoder's own argmax, exact ties included). Elsewhere (quanto's
 kernels, CUDA, other attention implementations, bf16 on CPUs with AMX) the two differ in float rounding, and a
 position whose top-2 logit margin is below ``NEAR_TIE`` (in the variant's compute dtype) is not decided by the pass:
-a decode step decides it (``backends.inprocess.ties``), so rounding between a batched pass and a one-token step cannot silently
-flip a choice. If the step picks the baseline's token the row stays verified, else it diverges there.
+a decode step decides it (``backends.inprocess.ties``), so rounding between a batched pass and a one-token step cannot
+silently flip a choice. If the step picks the baseline's token the row stays verified, else it diverges there.
 The same pass gives the KLD (``kld_rows``): one forward, not two.
 """
 from __future__ import annotations
@@ -99,8 +99,8 @@ def decide(found: tuple[int | None, list[int], int], logits: torch.Tensor, steps
 
 def kld_rows(logits: torch.Tensor, base_lp: torch.Tensor) -> tuple[list[float], int, int]:
     """(KL(base || variant) per answer token, top-1 agreements, tokens) from the pass's logits: the positions
-    predicting each answer token (the stop position alone for an empty answer), as ``backends.inprocess.kld`` measures them
-    (``packed_kld`` over this one row)."""
+    predicting each answer token (the stop position alone for an empty answer), as ``backends.inprocess.kld`` measures
+    them (``packed_kld`` over this one row)."""
     return packed_kld([base_lp], [logits[: base_lp.shape[0]]])[0]
 
 
@@ -179,9 +179,9 @@ def finish(batches: Sequence[Checked], model: Any, tokenizer: Any, make_cache: A
     """Every batch's rows as ``Verified``: the diverged rows of all ``batches`` decode their tails together, in
     one batch (rows leave it as they finish), so several batches' tails cost one decode as long as the longest of
     them. A tail keeps the baseline's first ``t`` tokens, its cache is rebuilt from their K/V (``ties.fill_rows``)
-    and the logits that decided position ``t`` pick its first token. Tails decode drafted (``backends.inprocess.drafted``:
-    up to ``draft`` tokens per forward from the baseline's answer, the same answers); ``draft=0``: step by step
-    (``decoder.decode_from``)."""
+    and the logits that decided position ``t`` pick its first token. Tails decode drafted
+    (``backends.inprocess.drafted``: up to ``draft`` tokens per forward from the baseline's answer, the same answers);
+    ``draft=0``: step by step (``decoder.decode_from``)."""
     items = [(b, r) for b, c in enumerate(batches) for r in sorted(c.tails)]
     done: dict[tuple[int, int], Decoded] = {}
     if items:

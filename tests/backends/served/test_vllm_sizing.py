@@ -1,6 +1,6 @@
-"""vLLM server command lines sized for the GPUs (``backends.served.vllm.memory``, ``backends.served.vllm.pool``): context, memory
-shares, tensor parallelism, one-at-a-time (sleep mode), the user's engine arguments. No server is started: model
-folders hold a config.json and a safetensors header (the tensors' shapes, no data)."""
+"""vLLM server command lines sized for the GPUs (``backends.served.vllm.memory``, ``backends.served.vllm.pool``):
+context, memory shares, tensor parallelism, one-at-a-time (sleep mode), the user's engine arguments. No server is
+started: model folders hold a config.json and a safetensors header (the tensors' shapes, no data)."""
 from __future__ import annotations
 
 import json

@@ -187,9 +187,9 @@ class VllmBackend:
                                     "one_at_a_time": self._pool.plan.one_at_a_time, "servers": servers}, indent=1))
 
     def settings(self) -> dict[str, Any]:
-        """Everything that changes outputs (``backends.served.vllm.identity``): engine, vLLM's version and its interpreter's
-        libraries, device, what the baseline's server ran with (dtype, context, KV-cache dtype, tensor parallelism,
-        every output-changing flag); and, for the run's record, each server's flags and KV scheme."""
+        """Everything that changes outputs (``backends.served.vllm.identity``): engine, vLLM's version and its
+        interpreter's libraries, device, what the baseline's server ran with (dtype, context, KV-cache dtype, tensor
+        parallelism, every output-changing flag); and, for the run's record, each server's flags and KV scheme."""
         from evalsuite.backends.served.vllm.identity import baseline_settings
 
         base = self._specs[0] if self._specs else None

@@ -9,9 +9,9 @@ pairing check proved the servers tokenize alike) as one ``/v1/completions`` requ
 writes the step's K/V into the paged cache (``do_kv_cache_update`` -> ``cpu_attn_reshape_and_cache``, which
 quantizes to fp8) and then runs ``cpu_attention_with_kv_cache`` over the *cache* for every query, prefill
 included; so in one prefill over prompt + answer, each answer token attends to fp8 K/V exactly as a decode step
-does (unlike transformers' ``QuantizedCache``, see ``backends/inprocess/kld.py``). ``tests/backends/served`` proves it: fp8 KV gives a
-non-zero KLD, bf16 against itself exactly zero. (A prefix-cached two-step request would not help on vLLM V1: it
-skips the prefix cache for requests that ask for prompt log-probs.)
+does (unlike transformers' ``QuantizedCache``, see ``backends/inprocess/kld.py``). ``tests/backends/served`` proves it:
+fp8 KV gives a non-zero KLD, bf16 against itself exactly zero. (A prefix-cached two-step request would not help on vLLM
+V1: it skips the prefix cache for requests that ask for prompt log-probs.)
 
 **Method per row.** ``served-full``: ``prompt_logprobs: -1`` (the whole vocabulary, exact KL) while
 (prompt + answer) x vocab <= ``FULL_VOCAB_MAX`` numbers (``$EVALSUITE_VLLM_FULL_VOCAB_MAX``, default 2^21: vLLM

@@ -10,9 +10,9 @@ Which Python has vLLM (``vllm_python``): ``--vllm-python``, else ``$EVALSUITE_VL
 when it has vLLM, else ``./.venv-vllm/bin/python`` (what ``make vllm`` builds in a checkout). Nothing is looked up
 relative to where evalsuite is installed.
 
-Sleep mode (``backends.served.vllm.memory``: servers that do not fit the GPU together run one at a time): a server started
-with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1`` (which exposes ``/sleep`` and ``/wake_up``) is put to
-sleep at level 1 (weights to host memory, KV cache dropped) and woken by ``sleep`` / ``wake``.
+Sleep mode (``backends.served.vllm.memory``: servers that do not fit the GPU together run one at a time): a server
+started with ``--enable-sleep-mode`` and ``VLLM_SERVER_DEV_MODE=1`` (which exposes ``/sleep`` and ``/wake_up``) is put
+to sleep at level 1 (weights to host memory, KV cache dropped) and woken by ``sleep`` / ``wake``.
 """
 from __future__ import annotations
 
