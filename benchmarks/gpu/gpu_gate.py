@@ -51,6 +51,9 @@ STEPS = {"env": (30, "the GPU, torch, transformers and every package the check i
          "decode": (90, "decode speed and memory, random Llama-3-8B shape, vs evalsuite plan"),
          "vllm": (210, "vkvf8 vs vLLM bf16 on the same tasks (only where vLLM is installed)")}
 TINY_STEPS = ("env", "model", "in-process", "spill", "decode", "vllm")
+#: ``--tiny`` runs on a CPU, often a small shared one: its step timeouts are the GPU's times this (they guard the
+#: GPU session's minutes, not the CPU rehearsal's)
+TINY_TIMEOUT_SCALE = 4
 
 
 def requested(args: argparse.Namespace) -> dict[str, bool]:
@@ -111,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.gpu.gpu_steps import Check
 
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-gate-"))
-    check = Check(args, work, gguf_source(args), {n: t for n, (t, _) in STEPS.items()})
+    scale = TINY_TIMEOUT_SCALE if args.tiny else 1
+    check = Check(args, work, gguf_source(args), {n: t * scale for n, (t, _) in STEPS.items()})
     done = [check.run(name) for name in steps]
     for step in done:
         step.required = steps[step.name]

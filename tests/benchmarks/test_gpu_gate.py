@@ -132,9 +132,10 @@ def test_tiny_mode_gates_in_process_and_prints_the_table(tmp_path: Path) -> None
     env = {**os.environ, "OUT": str(tmp_path / "out"), "WHEELS": str(tmp_path / "no-wheels"),
            "GPU_BUNDLE": str(tmp_path / "no-bundle"), "PYTHON": sys.executable}
     env.pop("EVALSUITE_HOME", None)
+    steps = sum(gpu_gate.STEPS[n][0] for n in gpu_gate.TINY_STEPS if n != "vllm") * gpu_gate.TINY_TIMEOUT_SCALE
     proc = subprocess.run(["bash", str(GATE_SH), "--tiny", "--no-vllm", "--work",
                            str(tmp_path / "work")], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=900)
+                          timeout=steps + 300)  # every step's own timeout, and the script's set-up
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     table = (tmp_path / "out" / "gpu_gate.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
