@@ -35,7 +35,7 @@ from evalsuite.gate.types import GateResult
 from evalsuite.gate.verdict import evaluate_gate
 from evalsuite.stats import pooled
 from evalsuite.stats import sequential as seq
-from evalsuite.stats import compare as compare_mod
+from evalsuite.stats import slices as slices_mod
 from evalsuite.stats.slices import compare
 from evalsuite.stats.types import PairedStats
 
@@ -165,7 +165,7 @@ def memoize_numerics() -> None:
     wrap(seq, "more_needed", lambda v, w, *a, **kw: (_arrays_key(v, w), a, tuple(sorted(kw.items()))))
     wrap(pooled, "upper_bound", parts_key)
     wrap(pooled, "more_needed", parts_key)
-    wrap(compare_mod, "tango_ci", lambda *a, **kw: (a, tuple(sorted(kw.items()))))
+    wrap(slices_mod, "tango_ci", lambda *a, **kw: (a, tuple(sorted(kw.items()))))
 
 
 def forget() -> None:
