@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -67,39 +68,51 @@ def tango_z(right_to_wrong: ArrayLike, wrong_to_right: ArrayLike, n: ArrayLike, 
     return np.where((var <= 0) & (num == 0), 0.0, z)
 
 
+@lru_cache(maxsize=8192)
 def tango_ci(right_to_wrong: int, wrong_to_right: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Tango's score interval for the difference of paired proportions (variant - baseline).
 
     Valid at small n and never of zero width: with no discordant pair it is about [-z^2/(n+z^2), z^2/(n+z^2)]
     (Tango 1998, Stat Med 17:891-908; recommended by Fagerland, Lydersen & Laake 2014). (-1, 1) when n = 0.
+    A pure function of its counts, so it is cached: a gate's slices and looks repeat counts.
     """
     if n == 0:
         return -1.0, 1.0
     z = float(ndtri(0.5 + confidence / 2))
     est = (wrong_to_right - right_to_wrong) / n
     eps = 1e-12
+    # the bounds: each the root of z(d) = target between its ends, or the end itself where the root lies past it
+    sides = [(z, -1 + eps, est), (-z, est, 1 - eps)]
+    bound = [-1.0 if float(tango_z(right_to_wrong, wrong_to_right, n, -1 + eps)) <= z else None,
+             1.0 if float(tango_z(right_to_wrong, wrong_to_right, n, 1 - eps)) >= -z else None]
+    todo = [i for i in (0, 1) if bound[i] is None]
+    if todo:
+        target = np.array([sides[i][0] for i in todo])
+        roots = _roots(lambda d: tango_z(right_to_wrong, wrong_to_right, n, d) - target,
+                       np.array([sides[i][1] for i in todo]), np.array([sides[i][2] for i in todo]))
+        for i, r in zip(todo, roots):
+            bound[i] = float(r)
+    return float(bound[0]), float(bound[1])
 
-    def f(d: float, target: float) -> float:
-        return float(tango_z(right_to_wrong, wrong_to_right, n, d)) - target
 
-    lo = -1.0 if f(-1 + eps, z) <= 0 else _root(lambda d: f(d, z), -1 + eps, est)
-    hi = 1.0 if f(1 - eps, -z) >= 0 else _root(lambda d: f(d, -z), est, 1 - eps)
-    return float(lo), float(hi)
-
-
-def _root(f: Callable[[float], float], a: float, b: float, tol: float = 1e-12) -> float:
-    """The root of ``f`` between ``a`` and ``b`` (a sign change) by bisection, to ``tol``."""
-    fa = f(a)
-    while b - a > tol:
+def _roots(f: Callable[[np.ndarray], np.ndarray], a: np.ndarray, b: np.ndarray, tol: float = 1e-12) -> np.ndarray:
+    """The root of ``f`` (elementwise) between ``a`` and ``b`` (a sign change in each) by bisection to ``tol``: each
+    element takes exactly the steps a scalar bisection takes (the midpoint where ``f`` is 0, else the middle of
+    the last bracket), all of them in one call of ``f`` per step."""
+    a, b = a.astype(float), b.astype(float)
+    fa, out = f(a), np.full(a.shape, np.nan)
+    live = b - a > tol
+    while live.any():
         mid = (a + b) / 2
         fm = f(mid)
-        if fm == 0:
-            return mid
-        if (fm > 0) == (fa > 0):
-            a, fa = mid, fm
-        else:
-            b = mid
-    return (a + b) / 2
+        hit = live & (fm == 0)
+        out[hit] = mid[hit]
+        live &= ~hit
+        right = live & ((fm > 0) == (fa > 0))
+        a, fa = np.where(right, mid, a), np.where(right, fm, fa)
+        b = np.where(live & ~right, mid, b)
+        live &= b - a > tol
+    return np.where(np.isnan(out), (a + b) / 2, out)
 
 
 def _boot_means(diff: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:

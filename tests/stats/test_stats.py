@@ -225,3 +225,34 @@ def test_rows_carry_what_the_mean_checks_bet_on() -> None:
     (row,) = compare(base, var, recs)
     assert row.kld_samples == (0.0, 6.0) and row.score_counts == ((0.0, 1), (1.0, 2))
     assert row.kld_mean == pytest.approx(12 / 101)  # the reported mean still pools tokens
+
+
+def _bisect(f, a: float, b: float, tol: float = 1e-12) -> float:
+    """A scalar bisection, one point at a time: what tango_ci's bounds must equal bit for bit."""
+    fa = f(a)
+    while b - a > tol:
+        mid = (a + b) / 2
+        fm = f(mid)
+        if fm == 0:
+            return mid
+        if (fm > 0) == (fa > 0):
+            a, fa = mid, fm
+        else:
+            b = mid
+    return (a + b) / 2
+
+
+@pytest.mark.parametrize("confidence", [0.95, 0.995])
+def test_tangos_bounds_are_exactly_the_roots_a_scalar_bisection_finds(confidence):
+    from scipy.special import ndtri
+
+    from evalsuite.stats.paired import tango_ci, tango_z
+
+    z, eps = float(ndtri(0.5 + confidence / 2)), 1e-12
+    for n in (1, 2, 7, 40, 241):
+        for r2w, w2r in {(0, 0), (0, n), (n, 0), (n // 3, n // 5), (1, 0), (n // 2, n - n // 2)}:
+            est = (w2r - r2w) / n
+            f = lambda d, t: float(tango_z(r2w, w2r, n, d)) - t  # noqa: E731
+            lo = -1.0 if f(-1 + eps, z) <= 0 else _bisect(lambda d: f(d, z), -1 + eps, est)
+            hi = 1.0 if f(1 - eps, -z) >= 0 else _bisect(lambda d: f(d, -z), est, 1 - eps)
+            assert tango_ci(r2w, w2r, n, confidence) == (lo, hi), (r2w, w2r, n)
