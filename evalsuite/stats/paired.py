@@ -81,38 +81,39 @@ def tango_ci(right_to_wrong: int, wrong_to_right: int, n: int, confidence: float
     z = float(ndtri(0.5 + confidence / 2))
     est = (wrong_to_right - right_to_wrong) / n
     eps = 1e-12
-    # the bounds: each the root of z(d) = target between its ends, or the end itself where the root lies past it
-    sides = [(z, -1 + eps, est), (-z, est, 1 - eps)]
-    bound = [-1.0 if float(tango_z(right_to_wrong, wrong_to_right, n, -1 + eps)) <= z else None,
-             1.0 if float(tango_z(right_to_wrong, wrong_to_right, n, 1 - eps)) >= -z else None]
-    todo = [i for i in (0, 1) if bound[i] is None]
-    if todo:
-        target = np.array([sides[i][0] for i in todo])
-        roots = _roots(lambda d: tango_z(right_to_wrong, wrong_to_right, n, d) - target,
-                       np.array([sides[i][1] for i in todo]), np.array([sides[i][2] for i in todo]))
-        for i, r in zip(todo, roots):
-            bound[i] = float(r)
-    return float(bound[0]), float(bound[1])
+
+    def f(d: np.ndarray, target: float) -> np.ndarray:
+        return tango_z(right_to_wrong, wrong_to_right, n, d) - target
+
+    lo = -1.0 if f(np.array([-1 + eps]), z)[0] <= 0 else _root(lambda d: f(d, z), -1 + eps, est)
+    hi = 1.0 if f(np.array([1 - eps]), -z)[0] >= 0 else _root(lambda d: f(d, -z), est, 1 - eps)
+    return float(lo), float(hi)
 
 
-def _roots(f: Callable[[np.ndarray], np.ndarray], a: np.ndarray, b: np.ndarray, tol: float = 1e-12) -> np.ndarray:
-    """The root of ``f`` (elementwise) between ``a`` and ``b`` (a sign change in each) by bisection to ``tol``: each
-    element takes exactly the steps a scalar bisection takes (the midpoint where ``f`` is 0, else the middle of
-    the last bracket), all of them in one call of ``f`` per step."""
-    a, b = a.astype(float), b.astype(float)
-    fa, out = f(a), np.full(a.shape, np.nan)
-    live = b - a > tol
-    while live.any():
-        mid = (a + b) / 2
-        fm = f(mid)
-        hit = live & (fm == 0)
-        out[hit] = mid[hit]
-        live &= ~hit
-        right = live & ((fm > 0) == (fa > 0))
-        a, fa = np.where(right, mid, a), np.where(right, fm, fa)
-        b = np.where(live & ~right, mid, b)
-        live &= b - a > tol
-    return np.where(np.isnan(out), (a + b) / 2, out)
+def _root(f: Callable[[np.ndarray], np.ndarray], a: float, b: float, tol: float = 1e-12, depth: int = 6) -> float:
+    """The root of ``f`` between ``a`` and ``b`` (a sign change) by bisection to ``tol``: the midpoint where ``f`` is
+    0, else the middle of the last bracket. Each call of ``f`` takes every midpoint the next ``depth`` steps could
+    visit (a tree of 2^depth - 1, each computed as that step computes it), so the steps, and the root, are exactly
+    those of one-point-at-a-time bisection."""
+    fa = float(f(np.array([a]))[0])
+    while b - a > tol:
+        lo, hi, levels = np.array([a]), np.array([b]), []
+        for _ in range(depth):
+            mid = (lo + hi) / 2
+            levels.append(mid)
+            lo, hi = np.stack([lo, mid], 1).ravel(), np.stack([mid, hi], 1).ravel()
+        values, node = f(np.concatenate(levels)), 0
+        for level in range(depth):
+            if not b - a > tol:
+                break
+            mid, fm = float(levels[level][node]), float(values[(1 << level) - 1 + node])
+            if fm == 0:
+                return mid
+            if (fm > 0) == (fa > 0):
+                a, fa, node = mid, fm, 2 * node + 1
+            else:
+                b, node = mid, 2 * node
+    return (a + b) / 2
 
 
 def _boot_means(diff: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
