@@ -95,8 +95,10 @@ class Runner:
     def look(self, chunk: Chunk, variants: Sequence[VariantRef]) -> list[Spent]:
         """One draw: each of ``chunk.tasks`` drawn up to ``chunk.target`` samples of its stream (the new samples'
         answers taken from a stored baseline where it has them), then the baseline and each variant of the chunk,
-        one after another, answer the tasks' first ``chunk.upto`` samples: the baseline starts nothing past
-        ``chunk.deadline``, and every variant then pairs what it answered (it answers nothing no variant pairs).
+        one after another, answer the tasks' first ``chunk.upto`` samples: every variant pairs what the baseline
+        answered (it answers nothing no variant pairs), and none, the baseline included, starts a batch past
+        ``chunk.deadline`` (a chunk whose baseline answers were stored costs only the variants' passes, and a
+        chunk priced from a few short rows can cost several times that: the budget holds anyway).
         ``chunk.last``: each is finished after its pass (one variant built at a time). Returns each pass's
         (variant, task, seconds, new pairs)."""
         tasks, base = [t for t in self.tasks if t.name in chunk.tasks], variants[0]
@@ -109,7 +111,7 @@ class Runner:
         if chunk.upto == 0:
             return spent
         for variant in [base] + [v for v in variants[1:] if v.name in chunk.variants]:
-            window = Window(chunk.upto, chunk.deadline if variant is base else None)
+            window = Window(chunk.upto, chunk.deadline)
             for task in tasks:
                 before, t0 = len(self.store.done_ids(variant.name, task.name)), time.monotonic()
                 self.answer(variants, variant, task, window)

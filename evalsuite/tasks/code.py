@@ -74,7 +74,7 @@ class CodeTask(Task):
     """Write a Python function from a description; scored by running unit tests in the sandbox."""
 
     name = "code"
-    version = "1"
+    version = "2"  # 2: 80 built-in problems (was 28)
     description = "Python function writing (built-in easy problems and/or HumanEval), tests run in a sandbox"
     binary = True  # with n > 1 the value is a pass@k estimate in [0, 1]
     default_params: dict[str, Any] = {

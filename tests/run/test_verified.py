@@ -262,3 +262,37 @@ def test_a_deadline_during_verification_regenerates_nothing(tokenizer, tmp_path,
     rows = store.samples("kv4g32r8")
     assert 0 < len(rows) < 8 and len(store.samples("bf16")) == 8
     assert {r.decode.split("@")[0] for r in rows} <= {"verified", "diverged"}  # nothing regenerated
+
+
+def test_a_look_stops_a_variant_at_the_chunks_deadline(tokenizer, tmp_path, monkeypatch):
+    """A chunk whose baseline answers are stored costs only the variants' passes: when the deadline passes during
+    one, the variant stops after its batch and the next variant starts nothing (a needle chunk priced from four short
+    rows took 16.6 s a pair, not 5, and ran a 9-minute budget 4.5 minutes over, measured)."""
+    import time
+
+    from evalsuite.backends.inprocess.inprocess import InProcessBackend
+    from evalsuite.core.config import RunConfig
+    from evalsuite.run.runner import Runner, Window
+    from evalsuite.run.schedule import Chunk
+
+    loaded, tasks = fp32_tiny(tokenizer), prepared(n=8, seed=2)[:1]
+    names = ["bf16", "kv4g32r8", "w4g32"]
+    config = RunConfig(model=loaded.name, variants=names, tasks=[tasks[0].name], batch_size=2)
+    store = Store.create(tmp_path / "r", config.to_dict())
+    backend = InProcessBackend.of(loaded, seed=config.seed, max_batch_tokens=64)
+    runner = Runner(config, backend, tasks, store, progress=False, log=lambda s: None)
+    variants = backend.variants(config.variants)
+    runner.look(Chunk((tasks[0].name,), upto=8), variants[:1])  # the baseline's answers, stored before the chunk
+    assert len(store.samples("bf16")) == 8
+    verify, expired = backend.verify, [False]
+
+    def verify_then_expire(*args, **kw):
+        for rows in verify(*args, **kw):
+            expired[0] = True  # the budget ends with the first verified batch
+            yield rows
+
+    backend.verify = verify_then_expire
+    monkeypatch.setattr(Window, "passed", lambda self: self.deadline is not None and expired[0])
+    runner.look(Chunk((tasks[0].name,), ("kv4g32r8", "w4g32"), upto=8, deadline=time.monotonic() + 3600.0),
+                variants)
+    assert 0 < len(store.samples("kv4g32r8")) < 8 and store.samples("w4g32") == []

@@ -32,7 +32,7 @@ def by_id(samples, sample_id):
 def test_registry_and_sources(task):
     assert isinstance(default_registry(plugins=False).get("code"), CodeTask)
     builtin = task.samples({}, 0)
-    assert 20 <= len(builtin) <= 30
+    assert len(builtin) == 80
     assert {s.metadata["source"] for s in builtin} == {"builtin"}
     assert {s.metadata["difficulty"] for s in builtin} == {"easy", "medium"}
     assert len(task.samples({"source": "humaneval"}, 0)) == 164

@@ -138,7 +138,7 @@ def test_reasoning_and_json_default_sets_are_stream_prefixes():
     assert [s.id for s in take(js, {}, 3, 3, start=40)] == ["json/3/40", "json/3/41", "json/3/42"]
 
 
-@pytest.mark.parametrize("params,size", [({}, 28), ({"source": "humaneval"}, 164), ({"source": "both"}, 192),
+@pytest.mark.parametrize("params,size", [({}, 80), ({"source": "humaneval"}, 164), ({"source": "both"}, 244),
                                          ({"source": "both", "limit": 20}, 20)])
 def test_code_stream_is_finite_seeded_and_interleaves_slices(params, size):
     task = CodeTask()
@@ -153,7 +153,7 @@ def test_code_stream_is_finite_seeded_and_interleaves_slices(params, size):
         assert [s.metadata["source"] for s in everything[:56]] == ["builtin", "humaneval"] * 28
     builtin = [s.metadata["difficulty"] for s in everything if s.metadata["source"] == "builtin"]
     if builtin and "limit" not in params:
-        assert builtin[:24] == ["easy", "medium"] * 12  # 16 easy, 12 medium
+        assert builtin == ["easy", "medium"] * 40  # 40 easy, 40 medium
 
 
 def test_reasoning_jsonl_stream_is_finite_in_a_seeded_order(tmp_path):
