@@ -11,6 +11,7 @@ first looks, no estimates, no regressing chases: a real run needs more.
     python -m benchmarks.sim.gate_oracle --per-check           # every check at alpha (``false_fail: per_check``)
     python -m benchmarks.sim.gate_oracle --baseline-free       # the baseline's answers stored (cost 0)
     python -m benchmarks.sim.gate_oracle --max-kld 0.5         # a policy that gates KLD: 16 checks share alpha
+    python -m benchmarks.sim.gate_oracle --measured            # the effects on all 80 code problems, this CPU's costs
 
 Defaults: the effects `make gate` showed in fp32 on one core of the AMX Xeon (close to issue 55's Zen 1)
 and that run's seconds per sample (benchmarks/RESULTS.md, "the Zen-1 stand-in").
@@ -34,7 +35,16 @@ EFFECTS = {"w4g64": {"reasoning": (7, 0, 48, 0.10), "json": (5, 2, 16, 0.05), "c
 BASE = {"reasoning": 0.60, "json": 4.29, "code": 3.48}
 VARIANT = {"w4g64": {"reasoning": 0.61, "json": 3.26, "code": 2.96},
            "w4g64+kv4g32": {"reasoning": 0.36, "json": 3.30, "code": 2.36}}
-GRID = (0, 16, 32, 48, 64, 96, 128, 160, 200, 256, 320, 400)
+#: ``--measured``: what `make gate` sees on a 2-core AVX2 EPYC (Zen 3, avx2 fma, float32) with the shipped baseline
+#: (2026-12-07, benchmarks/RESULTS.md): code on all 80 built-in problems (both variants 12 down, 6 up: the first 16
+#: of the old 28 showed 3 down, 0 up), json at 48 pairs, reasoning the stand-in's 48; the variants' seconds per
+#: pair; the baseline's answers are stored (free); code has 80 problems
+MEASURED = {"w4g64": {"reasoning": (7, 0, 48, 0.10), "json": (11, 4, 48, 0.05), "code": (12, 6, 80, 0.05)},
+            "w4g64+kv4g32": {"reasoning": (7, 1, 48, 0.10), "json": (11, 4, 48, 0.05), "code": (12, 6, 80, 0.05)}}
+MEASURED_VARIANT = {"w4g64": {"reasoning": 1.36, "json": 3.87, "code": 2.09},
+                    "w4g64+kv4g32": {"reasoning": 0.54, "json": 2.65, "code": 1.66}}
+CAPS = {"code": 80}
+GRID = (0, 16, 32, 48, 64, 80, 96, 128, 160, 200, 256, 320, 400, 512, 640, 800, 1000)
 
 
 def part(effect: tuple[int, int, int, float], pairs: int) -> pooled.Part:
@@ -51,12 +61,16 @@ def fails(effects: dict, pairs: dict[str, int], pooled_level: float, task_level:
     return any(seq.rejects(v, w, (1 - t) / 2, True, task_level) for v, w, t in parts.values())
 
 
-def cheapest(variants: list[str], pooled_level: float, task_level: float, base_free: bool) -> tuple[float, dict]:
-    """The cheapest grid point of pairs per task at which every variant in ``variants`` FAILs."""
+def cheapest(variants: list[str], pooled_level: float, task_level: float, base_free: bool,
+             caps: dict[str, int] | None = None) -> tuple[float, dict]:
+    """The cheapest grid point of pairs per task (at most ``caps``) at which every variant in ``variants`` FAILs."""
+    caps = caps or {}
     best: tuple[float, dict] = (float("inf"), {})
     tasks = list(BASE)
     for ks in itertools.product(GRID, repeat=len(tasks)):
         pairs = dict(zip(tasks, ks))
+        if any(pairs[t] > cap for t, cap in caps.items() if t in pairs):
+            continue
         per = {t: (0.0 if base_free else BASE[t]) + sum(VARIANT[v][t] for v in variants) for t in tasks}
         seconds = sum(per[t] * pairs[t] for t in tasks)
         if seconds < best[0] and all(fails(EFFECTS[v], pairs, pooled_level, task_level) for v in variants):
@@ -70,7 +84,14 @@ def main() -> None:
     ap.add_argument("--baseline-free", action="store_true", help="the baseline's answers cost nothing (stored)")
     ap.add_argument("--max-kld", type=float, help="a policy that sets max_kld: its checks join the family (the "
                     "variants' KLD is within it: they only take their shares)")
+    ap.add_argument("--measured", action="store_true", help="the effects and variant costs make gate measured on a "
+                    "2-core AVX2 EPYC with the shipped baseline (code on all 80 built-in problems); implies "
+                    "--baseline-free")
     args = ap.parse_args()
+    global EFFECTS, VARIANT
+    caps: dict[str, int] = {}
+    if args.measured:
+        EFFECTS, VARIANT, caps, args.baseline_free = MEASURED, MEASURED_VARIANT, CAPS, True
     # the shipped policy on four tasks: the pooled check at 2.5%, each of the ten others at 0.25% (docs/gate.md);
     # with max_kld set, 16 checks: each non-pooled one at 2.5% / 15
     policy = load_policy()
@@ -80,7 +101,7 @@ def main() -> None:
                                                                    fam.level("code", "all", "max_drop"))
     print(f"pooled check at {pooled_level:.4g}, a task's max_drop at {task_level:.4g} ({fam.describe()})")
     for variants in (["w4g64"], ["w4g64+kv4g32"], ["w4g64", "w4g64+kv4g32"]):
-        seconds, pairs = cheapest(variants, pooled_level, task_level, args.baseline_free)
+        seconds, pairs = cheapest(variants, pooled_level, task_level, args.baseline_free, caps)
         print(f"{' and '.join(variants)} FAIL: {seconds:.0f} s of draws at least ({pairs})")
 
 
