@@ -97,7 +97,7 @@ selftest: setup
 	  --batch-size $(GATE_BATCH) --budget $(GATE_BUDGET) --param code.source=both --store-baseline $(GATE_BASELINES) \
 	  --policy $(SELFTEST_POLICY) --out runs --run-id $(SELFTEST_RUN) $(GATE_ARGS)
 	$(PY) -c "import sys; from pathlib import Path; from evalsuite.gate.store_gate import gate_store; \
-	  from evalsuite.core.store import Store; \
+	  from evalsuite.store.sqlite import Store; \
 	  v = gate_store(Store.open('runs/$(SELFTEST_RUN)'), Path('$(SELFTEST_POLICY)')).gate.variant_verdicts; \
 	  ok = v == {'w4g32': 'PASS', 'w2g32': 'FAIL'}; \
 	  print('selftest:', v, 'as expected' if ok else 'NOT as expected (w4g32 must PASS, w2g32 must FAIL)'); \

@@ -118,7 +118,7 @@ def run_model(loaded, run_dir, variants=("bf16",), tasks=None, batch_size: int =
     from evalsuite.backends.inprocess.inprocess import InProcessBackend
     from evalsuite.backends.inprocess.speed import SpeedProbe
     from evalsuite.run.runner import Runner
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
 
     tasks = tasks if tasks is not None else prepared()
     config = RunConfig(model=loaded.name if loaded is not None else "tiny", variants=list(variants),

@@ -10,13 +10,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "evalsuite"
 
 #: layer of each top-level package (or module), and of each backend under backends/; an import may only go to a
-#: strictly lower layer or stay inside its own package. cpu/ is what the CPU does to a run; core is the torch-free
-#: run state; run/ orchestrates behind the Backend protocol; backends/inprocess the in-process torch backend;
+#: strictly lower layer or stay inside its own package. cpu/ is what the CPU does to a run; store is what a run
+#: stores (records, the SQLite store, the run state) and core the run's torch-free vocabulary over it (config,
+#: decision, costs); run/ orchestrates behind the Backend protocol; backends/inprocess the in-process torch backend;
 #: backends/served the endpoints and vLLM; backends/ray Ray; cli/ the top.
 LAYERS = {
     "errors": 0, "cpu": 0, "paths": 0, "dims": 0, "__main__": 9,
-    "core": 1, "sandbox": 1, "kvcache": 1, "models": 1,
-    "tasks": 2, "variants": 2, "stats": 2,
+    "store": 1, "sandbox": 1, "kvcache": 1, "models": 1,
+    "core": 2, "tasks": 2, "variants": 2, "stats": 2,
     "gate": 3, "capacity": 3, "run": 3,  # same layer: neither imports the other (rounds asks an injected decision)
     "report": 4, "tenants": 4,  # tenants joins gate and capacity; report renders its dict; neither imports the other
     "backends": 5, "backends.inprocess": 5,
@@ -122,7 +123,8 @@ def test_no_import_goes_up_a_layer():
 BACKENDS = ("backends", "backends.inprocess", "backends.served", "backends.ray")
 
 
-@pytest.mark.parametrize("low, high", [("core", {"run", *BACKENDS, "gate", "cli"}),
+@pytest.mark.parametrize("low, high", [("store", {"run", *BACKENDS, "gate", "cli"}),
+                                       ("core", {"run", *BACKENDS, "gate", "cli"}),
                                        ("gate", {"run", *BACKENDS, "cli"}),
                                        ("stats", {"run", *BACKENDS, "gate", "cli"}),
                                        ("report", {"run", *BACKENDS, "cli"}),
@@ -139,5 +141,5 @@ def test_the_checks_can_fail(tmp_path):
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from evalsuite.run import rounds\n    from ..core import store\n")
-    assert imported(probe, "evalsuite.gate.probe") == {"evalsuite.run.rounds", "evalsuite.core.store"}
+    probe.write_text("def f():\n    from evalsuite.run import rounds\n    from ..store import sqlite\n")
+    assert imported(probe, "evalsuite.gate.probe") == {"evalsuite.run.rounds", "evalsuite.store.sqlite"}

@@ -89,8 +89,8 @@ def timed_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, int]:
 def stages(base: Path, var: Path, work: Path, metric: dict[str, str]) -> dict[str, tuple[float, float]]:
     """(wall, CPU) seconds of compare_logs, the gate and the report, in this process."""
     from evalsuite.compare.build import compare_logs
-    from evalsuite.core.bulk import gc_paused
-    from evalsuite.core.store import Store
+    from evalsuite.store.bulk import gc_paused
+    from evalsuite.store.sqlite import Store
     from evalsuite.gate.store_gate import gate_store
     from evalsuite.report.build import report_model, write_report
 

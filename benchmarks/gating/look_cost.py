@@ -30,7 +30,7 @@ def meta(i: int) -> dict[str, Any]:
 
 def rows(variant: str, task: str, lo: int, hi: int, seed: int = 0) -> tuple[list[Any], list[Any]]:
     """Samples ``lo``..``hi`` of ``task`` for ``variant`` (and their KLD rows, except for the baseline)."""
-    from evalsuite.core.records import KLDResult, SampleResult
+    from evalsuite.store.records import KLDResult, SampleResult
 
     samples, klds = [], []
     for i in range(lo, hi):
@@ -49,7 +49,7 @@ def rows(variant: str, task: str, lo: int, hi: int, seed: int = 0) -> tuple[list
 
 def build(run_dir: Path, n: int) -> Any:
     """A stored run of ``VARIANTS`` on ``TASKS``, ``n`` samples each."""
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
 
     store = Store.create(run_dir, {"tasks": list(TASKS), "variants": list(VARIANTS)})
     store.update_state(baseline=VARIANTS[0], variant_order=list(VARIANTS))

@@ -13,7 +13,7 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 
 
 def shares(run: Path, variant: str, keys: list[str]) -> list[tuple[str, str, int, float, float, float, float]]:

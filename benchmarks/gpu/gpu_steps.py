@@ -124,7 +124,7 @@ def long_context_copy(source: Path, target: Path) -> Path:
 
 def verdicts(run_dir: Path) -> dict[str, str]:
     """The stored run's verdict per variant (the default policy), or {} when it holds none."""
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
     from evalsuite.gate.store_gate import gate_store
 
     if not (run_dir / Store.FILENAME).exists():

@@ -27,7 +27,7 @@ from scipy.stats import norm
 
 from evalsuite.gate.policy import parse_policy
 from evalsuite.gate.verdict import gate_run
-from evalsuite.core.records import SampleResult
+from evalsuite.store.records import SampleResult
 from evalsuite.stats import sequential as seq
 from evalsuite.stats.paired import tango_z
 

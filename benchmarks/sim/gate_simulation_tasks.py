@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evalsuite.core.records import SampleResult
+from evalsuite.store.records import SampleResult
 from evalsuite.gate import family as fam
 from evalsuite.gate.policy import Policy, load_policy
 from evalsuite.gate.pooled import CHECK as POOLED_CHECK

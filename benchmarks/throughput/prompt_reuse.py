@@ -22,7 +22,7 @@ def timed_run(base, tasks, variants: list[str], snapshot_bytes: int, folder: Pat
     from evalsuite.core.config import RunConfig
     from evalsuite.backends.inprocess.inprocess import InProcessBackend
     from evalsuite.run.runner import Runner
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
 
     config = RunConfig(model=base.name, variants=variants, tasks=[t.name for t in tasks])
     store = Store.create(folder, config.to_dict())

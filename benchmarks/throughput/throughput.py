@@ -25,7 +25,7 @@ def run_evalsuite(base, task, batch_size: int, run_dir: Path, refill: bool = Tru
     from evalsuite.core.config import RunConfig
     from evalsuite.backends.inprocess.generate import iter_generate
     from evalsuite.run.runner import Runner
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
 
     def patched(*args, max_batch: int = 16, **kw):  # benchmark-only knobs: refill on/off, a larger pool
         return iter_generate(*args, max_batch=max_batch * pool_factor, refill=refill, **kw)

@@ -15,7 +15,7 @@ import time
 
 from evalsuite.cli.run_cmd import parse_params
 from evalsuite.core.config import RunConfig
-from evalsuite.core.records import Reference
+from evalsuite.store.records import Reference
 from evalsuite.backends.inprocess import drafted
 from evalsuite.backends.inprocess.decoder import encode_prefix
 from evalsuite.backends.inprocess.generate import encode_prompts, iter_generate, shared_prefix_len, stop_ids

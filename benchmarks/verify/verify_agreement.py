@@ -19,7 +19,7 @@ from evalsuite.models.loader import load_model
 from evalsuite.core.config import RunConfig
 from evalsuite.backends.inprocess.inprocess import InProcessBackend
 from evalsuite.run.pipeline import execute
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.variants.spec import parse_variant
 
 VARIANTS = "w4g64,kv4g32r16,kv2g32r32kt,kvf8e4g0r16,kv4g32r16pq,w4g64+kv4g32r16"

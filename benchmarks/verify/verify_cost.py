@@ -23,7 +23,7 @@ from evalsuite.backends.inprocess.decoder import encode_prefix
 from evalsuite.backends.inprocess.kld import baseline_answer_logprobs, encode_answers, teacher_forced_kld
 from evalsuite.run.prepare import prepare_tasks
 from evalsuite.run.prompts import render_prompt
-from evalsuite.core.records import Reference
+from evalsuite.store.records import Reference
 from evalsuite.backends.inprocess.verify import Side, baseline_logprobs, verify_batch
 from evalsuite.tasks.registry import default_registry
 from evalsuite.variants.build import build_variant

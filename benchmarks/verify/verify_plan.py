@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from evalsuite.core.records import Reference
+from evalsuite.store.records import Reference
 from evalsuite.backends.inprocess.decoder import encode_prefix, plan_batches
 from evalsuite.backends.inprocess.forced import plan_passes
 from evalsuite.backends.inprocess.generate import encode_prompts, iter_generate, stop_ids

@@ -37,8 +37,8 @@ def compare(baseline: str, variants: tuple[str, ...], policy: Path | None, out: 
     from evalsuite.cli.finish import gate_and_report
     from evalsuite.compare.build import compare_logs
     from evalsuite.compare.scoring import parse_metrics
-    from evalsuite.core.bulk import gc_paused
-    from evalsuite.core.store import Store
+    from evalsuite.store.bulk import gc_paused
+    from evalsuite.store.sqlite import Store
     from evalsuite.gate.policy import load_policy
 
     parsed = load_policy(policy)  # refused with the key path before any log is read

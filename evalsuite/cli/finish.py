@@ -8,7 +8,7 @@ from evalsuite.cli.common import reports_root, table
 from evalsuite.gate.policy import Policy
 from evalsuite.gate.store_gate import GatedRun, gate_store
 from evalsuite.gate.types import worst
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 
 
 def verdict_rows(gated: GatedRun) -> tuple[list[str], list[list[str]]]:

@@ -20,7 +20,7 @@ def gate(run: str, policy: Path | None, no_report: bool) -> int:
     """
     from evalsuite.cli.finish import gate_and_report
     from evalsuite.gate.policy import load_policy
-    from evalsuite.core.store import Store, require_finished, resolve_run_dir
+    from evalsuite.store.sqlite import Store, require_finished, resolve_run_dir
 
     parsed = load_policy(policy)  # refused with the key path before the store is read
     run_dir = resolve_run_dir(run, runs_root())

@@ -20,7 +20,7 @@ def report(run: str, policy: Path | None, out: Path | None) -> int:
     from evalsuite.cli.finish import stored_tenants
     from evalsuite.cli.tenants_cmd import report_section
     from evalsuite.report.build import report_model, write_report
-    from evalsuite.core.store import Store, require_finished, resolve_run_dir
+    from evalsuite.store.sqlite import Store, require_finished, resolve_run_dir
 
     parsed = load_policy(policy)
     run_dir = resolve_run_dir(run, runs_root())

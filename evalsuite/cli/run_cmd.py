@@ -140,7 +140,7 @@ def run(model: str, dtype: str, device: str | None, task_config: str | None, var
     from evalsuite.gate.policy import load_policy
     from evalsuite.run.pipeline import execute, new_run_id, process_started
     from evalsuite.tenants.spec import load_tenants
-    from evalsuite.core.store import resolve_run_dir, score_table
+    from evalsuite.store.sqlite import resolve_run_dir, score_table
     from evalsuite.variants.spec import split_specs
 
     root = out or runs_root()
@@ -254,7 +254,7 @@ def task_options(tasks: str, params: tuple[str, ...], lm_eval_tasks: tuple[str, 
 def accumulated(config: RunConfig, root: Path) -> tuple[RunConfig, Path, str | None]:
     """``--accumulate``: the run folder of ``config`` (evalsuite.run.accumulate), and, when it already holds a
     run, its stored config under this invocation's budget, cap and device, and its name to resume."""
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
     from evalsuite.run.accumulate import accumulate_id
     from evalsuite.run.pipeline import resume_config
 

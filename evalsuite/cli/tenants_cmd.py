@@ -11,7 +11,7 @@ from evalsuite.cli.common import runs_root, table
 from evalsuite.errors import EvalsuiteError
 
 if TYPE_CHECKING:
-    from evalsuite.core.state import RunState
+    from evalsuite.store.state import RunState
     from evalsuite.tenants.decide import TenantDecision
 
 
@@ -91,7 +91,7 @@ def tenants(run: str, tenants_path: Path | None, model_config: Path | None, as_j
     or with only INCONCLUSIVE evidence under on_inconclusive: fail, 2 bad input (a bad tenants file: before the
     run is read).
     """
-    from evalsuite.core.store import Store, require_finished, resolve_run_dir
+    from evalsuite.store.sqlite import Store, require_finished, resolve_run_dir
     from evalsuite.tenants.spec import from_stored, load_tenants
 
     spec = load_tenants(tenants_path) if tenants_path is not None else None

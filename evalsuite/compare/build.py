@@ -16,8 +16,8 @@ from evalsuite.compare.pairing import Pairing, check_formats, ids_text, pair
 from evalsuite.compare.scoring import MetricChoice, ScoredRun, choose_metrics, score_run
 from evalsuite.compare.source import EVALSUITE, LogRun, split_named
 from evalsuite.compare.write import write_run
-from evalsuite.core.bulk import gc_paused
-from evalsuite.core.records import NOISE_SUFFIX
+from evalsuite.store.bulk import gc_paused
+from evalsuite.store.records import NOISE_SUFFIX
 from evalsuite.errors import EvalsuiteError
 
 MAX_LEVELS = 20  #: the gate slices a key by itself only up to this many values (``stats.slices``'s default)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from evalsuite.compare.source import EVALSUITE, LogRun, LogSample
-from evalsuite.core.records import NOISE_SUFFIX, SampleResult
-from evalsuite.core.store import Store, require_finished
+from evalsuite.store.records import NOISE_SUFFIX, SampleResult
+from evalsuite.store.sqlite import Store, require_finished
 from evalsuite.errors import EvalsuiteError
 
 SCORE = "score"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalsuite.core.records import KLDResult, VariantInfo
+from evalsuite.store.records import KLDResult, VariantInfo
 
 LMEVAL, INSPECT, EVALSUITE = "lm-eval", "inspect_ai", "evalsuite"
 

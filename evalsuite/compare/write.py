@@ -1,4 +1,4 @@
-"""The compared logs as an evalsuite run folder: the same store ``evalsuite run`` writes (``core.store``), so that
+"""The compared logs as an evalsuite run folder: the same store ``evalsuite run`` writes (``store.sqlite``), so that
 ``evalsuite gate``, ``report`` and ``tenants`` read it. Written into a temporary folder and renamed into place: a
 refused or failed comparison leaves no run folder behind."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from evalsuite.compare.scoring import ScoredRun
 from evalsuite.compare.source import digest
 from evalsuite.core.config import RunConfig
-from evalsuite.core.records import KLDResult, SampleResult, VariantInfo, is_right
-from evalsuite.core.store import Store
+from evalsuite.store.records import KLDResult, SampleResult, VariantInfo, is_right
+from evalsuite.store.sqlite import Store
 from evalsuite.errors import EvalsuiteError
 
 NO_KLD = "not measured: the logs hold no per-token log-probabilities (max_kld is skipped)"
@@ -77,7 +77,7 @@ def rows(side: ScoredRun, versions: dict[str, str], prompts: set[tuple[str, str]
 
 
 def flipped(base: ScoredRun, variants: Sequence[ScoredRun]) -> set[tuple[str, str]]:
-    """(task, id) of the baseline's documents some variant flips (``core.records.is_right``): the only prompts the
+    """(task, id) of the baseline's documents some variant flips (``store.records.is_right``): the only prompts the
     report shows (its flipped-sample browser); the logs keep every prompt, the store does not repeat them all."""
     out = set()
     for task, docs in base.docs.items():

@@ -1,3 +1,2 @@
-"""The torch-free core: sample records, the run store, the run config and the typed run state.
-
-gate/, stats/ and report/ import only this layer of the run machinery."""
+"""The run's shared vocabulary, torch-free: the run config (``config``), the gate's ``Decision`` (``decision``) and what
+deciding costs in samples and seconds (``costs``). What a run stores is ``evalsuite.store``."""

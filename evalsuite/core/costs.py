@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from evalsuite.core.state import RunState
+    from evalsuite.store.state import RunState
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
 
 DEFAULT_CAP = 1000  #: the safety cap per task of an endless stream when --max-samples is not given (run.draws)
 

@@ -10,7 +10,7 @@ from typing import Callable
 
 from evalsuite.core.costs import pooled_samples, task_samples
 from evalsuite.core.decision import Decide, Decision
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.gate.policy import Policy
 from evalsuite.gate.store_gate import StoreGate
 from evalsuite.gate.types import POOLED, CheckResult, GateResult, heads_to_fail

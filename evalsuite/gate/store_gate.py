@@ -7,8 +7,8 @@ from pathlib import Path
 
 from evalsuite.gate.policy import Policy, load_policy
 from evalsuite.gate.verdict import evaluate_gate, slice_filters
-from evalsuite.core.records import NOISE_SUFFIX, SampleResult
-from evalsuite.core.store import Store
+from evalsuite.store.records import NOISE_SUFFIX, SampleResult
+from evalsuite.store.sqlite import Store
 from evalsuite.stats.slices import compare, noise_floor
 from evalsuite.gate.types import GateResult
 from evalsuite.stats.types import PairedStats

@@ -31,7 +31,7 @@ from evalsuite.gate.family import Family, family
 from evalsuite.gate.means import max_kld, min_score
 from evalsuite.gate.policy import Policy, Thresholds
 from evalsuite.gate.pooled import CHECK, pooled_check
-from evalsuite.core.records import KLDResult, SampleResult
+from evalsuite.store.records import KLDResult, SampleResult
 from evalsuite.stats.slices import SliceFilter, compare, paired_values
 from evalsuite.stats import sequential as seq
 from evalsuite.gate.types import POOLED, CheckResult, GateResult, Verdict, worst

@@ -10,7 +10,7 @@ from pathlib import Path
 from evalsuite.errors import EvalsuiteError
 from evalsuite.gate.store_gate import GatedRun
 from evalsuite.report.plots import kld_vs_bytes, pareto_front, quality_vs_bytes
-from evalsuite.core.records import VariantInfo
+from evalsuite.store.records import VariantInfo
 
 _BRACE = re.compile(r"\{([^{}]*)\}")
 

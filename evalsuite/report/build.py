@@ -14,15 +14,15 @@ from evalsuite.report.html import render_html
 from evalsuite.report.junit import render_junit
 from evalsuite.report.markdown import render_markdown
 from evalsuite.report.model import Flip, ReportModel, needle_grid
-from evalsuite.core.records import SampleResult, is_right
-from evalsuite.core.state import RunState
-from evalsuite.core.store import Store
+from evalsuite.store.records import SampleResult, is_right
+from evalsuite.store.state import RunState
+from evalsuite.store.sqlite import Store
 
 MAX_FLIPS = 400
 
 
 def _flips(base: list[SampleResult], variant: list[SampleResult]) -> list[Flip]:
-    """Samples whose right/wrong status (``core.records.is_right``) differs between baseline and variant."""
+    """Samples whose right/wrong status (``store.records.is_right``) differs between baseline and variant."""
     by_id = {(r.task, r.sample_id): r for r in base}
     out = []
     for v in variant:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsuite.core.machine import machine_text
+from evalsuite.cpu.machine import machine_text
 from evalsuite.gate.means import KLD_SCREEN
 from evalsuite.gate.types import worst
 from evalsuite.report.deciding import (ALL, POOLED, Row, check_n, fail_needs, pass_needs, samples_to_decide,
@@ -222,7 +222,7 @@ def metric_names(rows: list[Row]) -> list[str]:
 
 def machine_line(r: Row) -> str:
     """``CPU: <model>, 2 cores, avx2 fma, 38 GFLOP/s fp32 (slow class); seconds per pair: code 1.2 s, json 0.3–0.5 s``
-    (``core.machine.machine_text``; per task the range over its variants, the baseline's included): why n differs
+    (``cpu.machine.machine_text``; per task the range over its variants, the baseline's included): why n differs
     between machines. Either part alone when the other is unknown; "" for neither."""
     per: dict[str, list[float]] = {}
     for key, s in (r.get("seconds_per_pair") or {}).items():

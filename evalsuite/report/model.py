@@ -20,7 +20,7 @@ Shape (``schema_version`` 2)::
      "notes": [str] (optional: ``meta.notes``, e.g. how ``evalsuite compare`` paired logged samples),
      "guarantee": {variant: the false-FAIL guarantee in force, one line} (optional: ``GateResult.guarantee``),
      "machine": {"cpu", "flags", "cores", "gflops", "speed_class"} (optional: ``meta.machine``,
-                ``core.machine.machine_info``),
+                ``cpu.machine.machine_info``),
      "tenants": {"exit_code", "model", "decisions": [TenantDecision.to_dict()]} (optional: a run with tenants,
                 ``tenants.run.decide_store``)}
 
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.core.records import SampleResult, VariantInfo
+from evalsuite.store.records import SampleResult, VariantInfo
 from evalsuite.gate.types import GateResult
 from evalsuite.capacity.capacity import fmt_bytes  # where sizes are parsed; re-exported for the renderers
 from evalsuite.stats.types import PairedStats
@@ -91,7 +91,7 @@ class ReportModel:
     stopped: dict[str, dict[str, str]] | None = None
     #: lines shown as they are (``meta.notes``: a compared run's sources, scores and pairing)
     notes: list[str] | None = None
-    #: the machine the run ran on (``meta.machine``, ``core.machine.machine_info``)
+    #: the machine the run ran on (``meta.machine``, ``cpu.machine.machine_info``)
     machine: dict[str, Any] | None = None
     #: the decision per tenant (``tenants.run.decide_store``), for a run with tenants
     tenants: dict[str, Any] | None = None

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from evalsuite.core.config import RunConfig
-from evalsuite.core.records import DECODE_FORMAT
+from evalsuite.store.records import DECODE_FORMAT
 from evalsuite.run.baselines import library_versions, package_version
 
 PREFIX = "acc-"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.core.records import KLDResult, Reference, SampleResult, VariantInfo
+from evalsuite.store.records import KLDResult, Reference, SampleResult, VariantInfo
 from evalsuite.tasks.base import TaskContext
 
 

@@ -21,8 +21,8 @@ from typing import Any, Callable
 from evalsuite.errors import StoreMismatch
 from evalsuite.run.prepare import PreparedTask
 from evalsuite.core.costs import StoredBaseline, measured_rate
-from evalsuite.core.records import DECODE_FORMAT, SampleResult
-from evalsuite.core.store import Store
+from evalsuite.store.records import DECODE_FORMAT, SampleResult
+from evalsuite.store.sqlite import Store
 from evalsuite.models.embedded import package_version
 
 MANIFEST = "manifest.json"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from evalsuite.core.state import RunState
-from evalsuite.core.store import Store
+from evalsuite.store.state import RunState
+from evalsuite.store.sqlite import Store
 from evalsuite.errors import StoreMismatch
 from evalsuite.run.prepare import PreparedTask
 

@@ -14,7 +14,7 @@ from evalsuite.run.prepare import PreparedTask
 from evalsuite.run.rounds import Fixed, Rounds
 from evalsuite.run.runner import Runner
 from evalsuite.run.schedule import Book
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.tasks.registry import Registry
 
 Planner = Union[Fixed, Rounds]  #: what plans a run's draws (``run.rounds``)
@@ -82,7 +82,7 @@ def execute(config: RunConfig, run_dir: Path, resume: bool, backend: Backend, pr
             folder = source.prompt_folder(backend.settings()) if hasattr(backend, "spill_prompts") else None
             if folder is not None and (source.grow or folder.is_dir()):  # its prompt K/V beside its answers
                 backend.spill_prompts(folder, writable=source.grow)  # a strictly reused one is only read
-        from evalsuite.core.machine import machine_info
+        from evalsuite.cpu.machine import machine_info
 
         store.update_state(machine=machine_info())  # why n differs between machines: the report says how fast
         runner = Runner(config, backend, tasks, store, progress=progress, log=log, baseline_source=source)

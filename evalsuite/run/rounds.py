@@ -15,7 +15,9 @@ costs more than the budget left, or more pairs than the cap (``max_samples``; de
 
 A look runs in chunks (``run.schedule.Chunk``) of one decode batch (a task's first chunk, while its cost is unmeasured, ``PROBE``
 samples): the baseline answers a chunk only when the chunk's predicted seconds fit in what is left, and every
-variant of the draw then pairs it, so the baseline answers nothing no variant draws. The budget counts from
+variant of the draw then pairs it, so the baseline answers nothing no variant draws; none of them starts a batch
+past the budget's end (a chunk priced low can still run long: what a variant did not pair, a later run pairs,
+the baseline's answers being stored). The budget counts from
 ``started`` (the CLI passes the process's start: loading and building count) and holds back ``END_SHARE`` of it
 (at most ``END_MAX_S``) for what follows the draws: the speed probes, the gate and the report.
 

@@ -23,8 +23,8 @@ from evalsuite.run.backend import Backend, ModelIdentity, VariantRef
 from evalsuite.core.config import RunConfig
 from evalsuite.run.prepare import PreparedTask
 from evalsuite.run.schedule import Chunk, everything
-from evalsuite.core.records import NOISE_SUFFIX, KLDResult, Reference
-from evalsuite.core.store import Store
+from evalsuite.store.records import NOISE_SUFFIX, KLDResult, Reference
+from evalsuite.store.sqlite import Store
 from evalsuite.run.verified import VerifyTally, audit, note_unverified
 
 #: KLD method code of rows copied from the baseline (``Runner.copy_baseline``)

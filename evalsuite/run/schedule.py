@@ -65,8 +65,8 @@ class Draw:
 class Chunk:
     """What the runner does next (``run.runner.Runner.look``): each of ``tasks`` drawn up to ``target`` samples of
     its stream (None: as drawn), then the baseline and each of ``variants`` answer the first ``upto`` samples of
-    each (None: all drawn; 0: none, a draw only); the baseline starts nothing past ``deadline``
-    (``time.monotonic()``; None: none) and the variants pair what it answered. ``last``: each is finished (recorded,
+    each (None: all drawn; 0: none, a draw only); the variants pair what the baseline answered, and none of them
+    starts a batch past ``deadline`` (``time.monotonic()``; None: none). ``last``: each is finished (recorded,
     released) after its pass, so one variant is built at a time."""
 
     tasks: tuple[str, ...]

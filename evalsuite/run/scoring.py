@@ -5,7 +5,7 @@ import hashlib
 from typing import Any, Sequence
 
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.core.records import SampleResult
+from evalsuite.store.records import SampleResult
 
 
 def row_seed(seed: int, sample_id: str, repeat: int) -> int:

@@ -11,7 +11,7 @@ import hashlib
 from typing import Any, Callable, Iterable
 
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 
 
 class VerifyTally:

@@ -87,7 +87,7 @@ def gate_variants(variants: list[str], tasks: list[str], limit: int, seed: int, 
                   task_config: str | None = None) -> tuple[dict[str, str], Path]:
     """Run ``evalsuite run`` on the baseline and ``variants`` in a subprocess; the verdict of each variant."""
     from evalsuite.gate.store_gate import gate_store
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
 
     run_id = "gate"
     cmd = [sys.executable, "-c", "from evalsuite.cli import main; main()", "run", "--variants", ",".join(variants),

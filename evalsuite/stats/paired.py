@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import bdtr, ndtri, stdtrit  # scipy.special only: scipy.stats costs seconds to import
 
-from evalsuite.core.records import KLDResult
+from evalsuite.store.records import KLDResult
 
 #: the most resampled values held in memory at once (n_boot x n is processed in chunks of this size)
 _CHUNK = 4_000_000

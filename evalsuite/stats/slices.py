@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.core.records import KLDResult, SampleResult, is_right
+from evalsuite.store.records import KLDResult, SampleResult, is_right
 from evalsuite.stats.paired import kld_aggregate, mcnemar_exact, paired_bootstrap_ci, tango_ci
 from evalsuite.stats.sequential import diff_cs, diff_values, flip_values
 from evalsuite.stats.types import ALL, PairedStats
@@ -54,7 +54,7 @@ def compare(baseline: Sequence[SampleResult], variant: Sequence[SampleResult],
     """Paired statistics of ``variant`` against ``baseline`` for every (task, slice).
 
     ``binary``: True/False for every task, a set of binary task names, or None to infer per task
-    (binary when every score is 0 or 1). Binary tasks get flips (right: ``core.records.is_right``) and McNemar.
+    (binary when every score is 0 or 1). Binary tasks get flips (right: ``store.records.is_right``) and McNemar.
     ``kld`` holds this variant's teacher-forced KLD records; aggregates pool all answer tokens of a slice.
     """
     name = variant_name or _variant_name(variant)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from evalsuite.core.records import VariantInfo
+from evalsuite.store.records import VariantInfo
 from evalsuite.gate.policy import Policy
 from evalsuite.gate.types import RANK, CheckResult, GateResult
 from evalsuite.capacity.bytes import kv_dims

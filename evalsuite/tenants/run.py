@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.gate.store_gate import GatedRun, gate_store
 from evalsuite.capacity.shape import ModelShape, count_params, shape_from_config
 from evalsuite.tenants.decide import RunFacts, TenantDecision, decide_all, exit_code

@@ -69,7 +69,7 @@ def _run(folder, out, run_id, *extra):
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the default is the CPU only where CUDA is absent")
 def test_device_cpu_stores_what_the_default_stores_and_resume_keeps_it(tiny_folder, tmp_path, monkeypatch):
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
 
     monkeypatch.setenv("EVALSUITE_BASELINES", str(tmp_path / "no-baselines"))
     out = tmp_path / "runs"

@@ -42,8 +42,8 @@ def test_the_last_lines_say_what_a_pass_of_an_undecided_variant_needs():
 def _store(tmp_path, n: int = 40, lost: int = 5, **state):
     """A stored, gated-ready run: bf16, ``w4g64`` losing ``lost`` of the baseline's right answers on json and code
     (its drop past max_drop 0.05, n too small to FAIL it yet) and ``w8`` answering as the baseline does."""
-    from evalsuite.core.records import SampleResult, VariantInfo
-    from evalsuite.core.store import Store
+    from evalsuite.store.records import SampleResult, VariantInfo
+    from evalsuite.store.sqlite import Store
 
     def recs(variant: str, k: int) -> list[SampleResult]:
         return [SampleResult(variant, t, "1", f"{t}-{i}", f"h{t}{i}", "x", float(i % 2 == 0 and i // 2 >= k))
@@ -133,7 +133,7 @@ def test_the_report_cards_say_heading_to_fail_first(tmp_path):
 
 
 def test_the_machine_shows_in_the_report_and_the_sequential_line(tmp_path):
-    """A stored ``machine`` (core.machine.machine_info) shows in results.json, summary.md and index.html with the
+    """A stored ``machine`` (cpu.machine.machine_info) shows in results.json, summary.md and index.html with the
     seconds per pair per task, and as the speed class on the ``sequential:`` line; a meta without it still loads,
     gates and reports, with no CPU line."""
     from evalsuite.cli.finish import gate_and_report

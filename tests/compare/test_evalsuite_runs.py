@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.gate.store_gate import gate_store
 
 KV = "kv2g32r16"

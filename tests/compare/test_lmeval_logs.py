@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.gate.store_gate import gate_store
 
 

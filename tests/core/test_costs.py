@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from evalsuite.core.costs import RunCosts, StoredBaseline, baseline_rate
-from evalsuite.core.state import RunState
+from evalsuite.store.state import RunState
 
 
 def test_the_baselines_rate_is_measured_then_recorded_then_whatever_was_seen():

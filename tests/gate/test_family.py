@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from evalsuite.core.records import SampleResult
+from evalsuite.store.records import SampleResult
 from evalsuite.errors import EvalsuiteError
 from evalsuite.gate.decide import decision
 from evalsuite.gate.family import POOLED_SHARE, family

@@ -9,7 +9,7 @@ import pytest
 from evalsuite.errors import EvalsuiteError
 from evalsuite.gate.policy import Condition, load_policy, parse_policy
 from evalsuite.gate.verdict import evaluate_gate, gate_run, slice_checks, undecided
-from evalsuite.core.records import KLDResult, SampleResult
+from evalsuite.store.records import KLDResult, SampleResult
 from evalsuite.stats.types import PairedStats
 
 TASKS = ("needle", "reasoning", "code", "json")

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from evalsuite.core.records import KLDResult, SampleResult
+from evalsuite.store.records import KLDResult, SampleResult
 from evalsuite.gate.decide import decision
 from evalsuite.gate.family import family
 from evalsuite.gate.means import KLD_CAP

@@ -6,7 +6,7 @@ import pytest
 
 from evalsuite.gate.policy import parse_policy
 from evalsuite.gate.verdict import gate_run, undecided
-from evalsuite.core.records import SampleResult
+from evalsuite.store.records import SampleResult
 from evalsuite.stats import pooled
 from evalsuite.stats import sequential as seq
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.gate.policy import load_policy
 from evalsuite.gate.store_gate import StoreGate, gate_store
 from tests.fixtures.stored_runs import RUNS, snapshot

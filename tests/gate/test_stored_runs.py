@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.gate.store_gate import gate_store
 from tests.fixtures.stored_runs import EXPECTED, RUNS, snapshot
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-CORE = ["evalsuite.core.records", "evalsuite.core.store", "evalsuite.core.state", "evalsuite.core.decision",
+CORE = ["evalsuite.store.records", "evalsuite.store.sqlite", "evalsuite.store.state", "evalsuite.core.decision",
         "evalsuite.gate.decide", "evalsuite.stats.slices", "evalsuite.stats.sequential",
         "evalsuite.stats.pooled", "evalsuite.gate.pooled",
         "evalsuite.gate.policy", "evalsuite.gate.verdict", "evalsuite.gate.store_gate", "evalsuite.tenants.decide",
@@ -20,7 +20,7 @@ TORCH_FREE = ["evalsuite.capacity", "evalsuite.capacity.bytes", "evalsuite.capac
               "evalsuite.variants.mixed", "evalsuite.kvcache.config", "evalsuite.kvcache.bytes",
               "evalsuite.models.device", "evalsuite.models.embedded", "evalsuite.paths", "evalsuite.cpu.threads",
               "evalsuite.cpu.mkl", "evalsuite.backends.served.vllm.sizes", "evalsuite.backends.served.vllm.memory",
-              "evalsuite.backends.served.vllm.cli", "evalsuite.core.machine"]
+              "evalsuite.backends.served.vllm.cli", "evalsuite.cpu.machine"]
 
 
 def _heavy(modules: list[str]) -> str:

@@ -12,7 +12,7 @@ import yaml
 from evalsuite.errors import EvalsuiteError
 from evalsuite.core.config import RunConfig
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.variants.build import build_variant
 from evalsuite.variants.spec import parse_variant
 

@@ -194,7 +194,7 @@ def test_a_cpu_whose_matmuls_fail_the_probe_keeps_sdpa(monkeypatch):
 
 
 def test_a_baseline_stored_with_another_kernel_is_regenerated():
-    from evalsuite.core.records import DECODE_FORMAT
+    from evalsuite.store.records import DECODE_FORMAT
     from evalsuite.run.baselines import library_versions, mismatch_reason, run_key, task_key
     from tests.conftest import prepared
 

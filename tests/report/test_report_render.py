@@ -14,7 +14,7 @@ from evalsuite.report.html import render_html
 from evalsuite.report.junit import render_junit
 from evalsuite.report.markdown import render_markdown
 from evalsuite.report.model import SCHEMA_VERSION, Flip, ReportModel, check_report, needle_grid
-from evalsuite.core.records import SampleResult, VariantInfo
+from evalsuite.store.records import SampleResult, VariantInfo
 from evalsuite.gate.types import CheckResult, GateResult
 from evalsuite.stats.types import PairedStats
 
@@ -417,7 +417,7 @@ def test_a_warm_runs_card_prices_the_baseline_samples_past_the_stored_ones():
 def test_the_report_takes_the_baseline_cost_from_the_runs_state():
     """``report.build.baseline_cost``: the stored baseline's prefix and recorded rate, or the rate measured in the
     run from MIN_MEASURED samples on; nothing for a run without rounds."""
-    from evalsuite.core.state import RunState
+    from evalsuite.store.state import RunState
     from evalsuite.report.build import baseline_cost
 
     assert baseline_cost(RunState()) is None

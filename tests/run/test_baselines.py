@@ -132,7 +132,7 @@ def test_the_decode_format_is_part_of_the_key(pinned):
     import json
 
     from evalsuite.run.baselines import mismatch_reason, run_key
-    from evalsuite.core.records import DECODE_FORMAT
+    from evalsuite.store.records import DECODE_FORMAT
 
     _, folder, store = pinned
     manifest = json.loads((folder / "manifest.json").read_text())

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from evalsuite.core.decision import Decision
-from evalsuite.core.records import SampleResult
-from evalsuite.core.store import Store
+from evalsuite.store.records import SampleResult
+from evalsuite.store.sqlite import Store
 from evalsuite.run.prepare import PreparedTask
 from evalsuite.run.draws import task_cap
 from evalsuite.run.pipeline import drive

@@ -9,7 +9,7 @@ from evalsuite.gate.store_gate import gate_store
 from evalsuite.core.config import RunConfig
 from evalsuite.backends.inprocess.inprocess import InProcessBackend
 from evalsuite.run.pipeline import execute
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.tasks.registry import Registry
 from tests.conftest import prepared
 from tests.toytask import CopyTask
@@ -197,7 +197,7 @@ def test_budget_alone_runs_rounds_and_a_stored_baseline_grows(tiny, tmp_path, po
     """A second run regenerates no stored baseline answer and asks the baseline only for new samples."""
     import json
 
-    from evalsuite.core.records import DECODE_FORMAT
+    from evalsuite.store.records import DECODE_FORMAT
 
     scored: list[str] = []
     counted = type("Counted", (BigCopyTask,), {"score": lambda self, s, o: scored.append(s.id) or

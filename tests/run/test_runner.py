@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from evalsuite.backends.inprocess.inprocess import InProcessBackend
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.tasks.base import Score
 from tests.conftest import prepared, run_model
 from tests.toytask import CopyTask

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from evalsuite.core.records import DECODE_FORMAT
+from evalsuite.store.records import DECODE_FORMAT
 from evalsuite.models.embedded import package_version
 from evalsuite.run.baselines import library_versions, mismatch_reason
 

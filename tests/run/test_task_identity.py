@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from evalsuite.core.config import RESUMABLE, RunConfig
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.backends.inprocess.inprocess import InProcessBackend
 from evalsuite.errors import EvalsuiteError, StoreMismatch
 from evalsuite.run.pipeline import execute

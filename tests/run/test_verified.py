@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.run.verified import audited
 from tests.conftest import make_tiny_model, prepared, run_model
 
@@ -133,7 +133,7 @@ def test_bf16_weight_only_variants_regenerate_only_without_invariant_kernels(tin
 def _rounds_run(loaded, run_dir, variants, tasks, backend):
     """A sequential run (variants stay built across its rounds, as ``make gate``'s do) of one round."""
     from evalsuite.core.config import RunConfig
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
     from evalsuite.gate.decide import store_decider
     from evalsuite.run.draws import task_cap
     from evalsuite.run.pipeline import drive

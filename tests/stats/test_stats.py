@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from evalsuite.errors import EvalsuiteError
-from evalsuite.core.records import RIGHT_AT, KLDResult, SampleResult, is_right
+from evalsuite.store.records import RIGHT_AT, KLDResult, SampleResult, is_right
 from evalsuite.stats.slices import NOISE_FLOOR, SliceFilter, compare, noise_floor
 from evalsuite.stats.paired import kld_aggregate, mcnemar_exact, paired_bootstrap_ci, wilson_ci
 

@@ -13,7 +13,7 @@ from evalsuite.errors import EvalsuiteError
 from evalsuite.gate.policy import load_policy, parse_policy
 from evalsuite.gate.verdict import gate_run
 from evalsuite.run.prepare import spread_limit
-from evalsuite.core.records import SampleResult
+from evalsuite.store.records import SampleResult
 from evalsuite.tasks.refusal import detect_refusal
 from evalsuite.tasks.registry import default_registry
 from evalsuite.tasks.safety import SafetyTask, refusal_rates

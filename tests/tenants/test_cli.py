@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from evalsuite.cli.tenants_cmd import tenants as tenants_cmd
 from evalsuite.core.config import RunConfig
-from evalsuite.core.records import SampleResult, VariantInfo
-from evalsuite.core.store import Store
+from evalsuite.store.records import SampleResult, VariantInfo
+from evalsuite.store.sqlite import Store
 from evalsuite.capacity import load_config, shape_from_config, weight_breakdown
 from evalsuite.variants.spec import parse_variant
 

@@ -176,7 +176,7 @@ def test_the_docs_7b_example_is_what_the_code_prints():
 def test_a_served_variants_zero_bytes_are_not_measured_and_its_speed_is():
     """A vLLM-served variant stores weight_bytes 0 (vLLM reports none) and its measured ITL: the fit takes the
     formula's bytes, and a vLLM tenant's decode speed-up is the measured ITL ratio."""
-    from evalsuite.core.records import VariantInfo
+    from evalsuite.store.records import VariantInfo
 
     served = {v: form_of_spec(v, engine="vllm") for v in ("bf16", "vkvf8")}
     infos = {"bf16": VariantInfo("bf16", {}, 0, 0, itl_s=0.030), "vkvf8": VariantInfo("vkvf8", {}, 0, 0, itl_s=0.024)}

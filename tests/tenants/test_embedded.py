@@ -42,7 +42,7 @@ def accepted(verdict: str, policy: dict) -> bool:
 @pytest.mark.embedded
 @pytest.mark.slow
 def test_three_tenants_on_a_real_run(tmp_path):
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
     from evalsuite.gate.policy import parse_policy
     from evalsuite.gate.store_gate import gate_store
 

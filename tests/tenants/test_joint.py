@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from evalsuite.core.config import RunConfig
 from evalsuite.core.decision import Decision
-from evalsuite.core.records import SampleResult
-from evalsuite.core.store import Store
+from evalsuite.store.records import SampleResult
+from evalsuite.store.sqlite import Store
 from evalsuite.gate.decide import joint, store_decider
 from evalsuite.gate.policy import load_policy
 

@@ -1,7 +1,7 @@
 """What a built variant costs, measured: weight bytes and KV bytes per token beside their formulas, TTFT and ITL."""
 from __future__ import annotations
 
-from evalsuite.core.records import VariantInfo
+from evalsuite.store.records import VariantInfo
 from evalsuite.backends.inprocess.kvbytes import measure_kv_bytes_per_token
 from evalsuite.backends.inprocess.speed import SpeedProbe
 from evalsuite.variants.build import BuiltVariant

@@ -25,7 +25,7 @@ from evalsuite.backends.inprocess.generate import iter_generate
 from evalsuite.backends.inprocess.generate import stop_ids
 from evalsuite.backends.inprocess.kld import BaselineLogprobCache, baseline_answer_logprobs, teacher_forced_kld
 from evalsuite.run.prepare import PreparedTask, prepare_variants
-from evalsuite.core.records import KLDResult, Reference, SampleResult, VariantInfo
+from evalsuite.store.records import KLDResult, Reference, SampleResult, VariantInfo
 from evalsuite.run.scoring import row_seed, score_sample
 from evalsuite.backends.inprocess.snapshots import PROMPT_KV_BYTES, PromptSnapshots, PromptStore
 from evalsuite.backends.inprocess.taskprompts import TaskPrompts

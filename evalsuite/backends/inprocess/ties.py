@@ -23,7 +23,7 @@ import torch
 
 from transformers import DynamicCache
 
-from evalsuite.core.records import Reference
+from evalsuite.store.records import Reference
 from evalsuite.backends.inprocess.decoder import left_pad, plan_batches
 from evalsuite.errors import EvalsuiteError
 from evalsuite.kvcache import track_mask

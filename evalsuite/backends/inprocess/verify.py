@@ -33,7 +33,7 @@ from evalsuite.backends.inprocess.generate import Generation, cut_at_stop
 from evalsuite.backends.inprocess.growcache import dynamic_layers, grow_cache
 from evalsuite.backends.inprocess.kld import packed_kld
 from evalsuite.backends.inprocess.ties import RowKV, agrees, fill_rows, scan, step_logits
-from evalsuite.core.records import Reference
+from evalsuite.store.records import Reference
 from evalsuite.models.invariance import invariant
 from evalsuite.tasks.base import GenSettings
 from evalsuite.variants.build import BuiltVariant

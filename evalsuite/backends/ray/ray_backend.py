@@ -18,7 +18,7 @@ from evalsuite.models.loader import LoadedModel, ModelFactory  # noqa: F401  (Mo
 from evalsuite.run.backend import ModelIdentity
 from evalsuite.backends.inprocess.inprocess import KLD_METHOD, InProcessBackend
 from evalsuite.run.prepare import PreparedTask, prepare_variants
-from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.store.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.tasks.base import TaskContext
 from evalsuite.variants.spec import VariantSpec, variant_from_dict
 

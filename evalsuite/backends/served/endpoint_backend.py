@@ -17,7 +17,7 @@ from typing import Any, Iterator, Sequence
 from evalsuite.errors import EvalsuiteError
 from evalsuite.run.backend import ModelIdentity
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.store.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.backends.served.endpoint import EndpointClient, EndpointPool, EndpointSpec, is_endpoint, parse_endpoint
 from evalsuite.backends.served.endpoint_kld import topk_kld
 from evalsuite.backends.served.logprob_log import LogprobLog, generate_logged

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.core.records import SampleResult
+from evalsuite.store.records import SampleResult
 from evalsuite.run.scoring import row_seed, score_sample
 from evalsuite.backends.served.endpoint import EndpointPool
 from evalsuite.tasks.base import Sample

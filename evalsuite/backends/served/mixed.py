@@ -21,7 +21,7 @@ from evalsuite.run.backend import ModelIdentity, VariantRef
 from evalsuite.backends.inprocess.inprocess import KLD_METHOD as INPROCESS_METHOD
 from evalsuite.backends.inprocess.inprocess import InProcessBackend
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.store.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.backends.served.endpoint import EndpointClient, EndpointPool, EndpointSpec, is_endpoint, parse_endpoint
 from evalsuite.backends.served.endpoint_backend import KLD_METHOD as TOPK_TEXT
 from evalsuite.backends.served.endpoint_kld import topk_kld

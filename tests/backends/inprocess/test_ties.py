@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evalsuite.core.records import Reference
+from evalsuite.store.records import Reference
 from evalsuite.backends.inprocess import verify
 from evalsuite.backends.inprocess.decoder import decode
 from evalsuite.backends.inprocess.forced import forced_pass

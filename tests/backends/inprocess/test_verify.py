@@ -8,7 +8,7 @@ from evalsuite.kvcache import KVConfig, make_cache
 from evalsuite.backends.inprocess import decoder as engine
 from evalsuite.backends.inprocess.decoder import decode
 from evalsuite.backends.inprocess.forced import forced_pass
-from evalsuite.core.records import Reference
+from evalsuite.store.records import Reference
 from evalsuite.backends.inprocess.verify import Side, first_divergence, verify_batch
 from evalsuite.tasks.base import GenSettings
 from tests.conftest import make_tiny_model

@@ -60,7 +60,7 @@ def test_artifacts_gate_in_process(llmc_artifacts: dict, tmp_path: Path) -> None
     venv): both load, generate, and get teacher-forced KLD rows against the bf16 baseline."""
     from evalsuite.cli.backends import make_backend
     from evalsuite.core.config import RunConfig
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
     from evalsuite.run.pipeline import execute
 
     names = {s: f"llmc-{s}" for s in llmc_artifacts}

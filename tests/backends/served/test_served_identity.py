@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import pytest
 
 from evalsuite.core.config import RunConfig
-from evalsuite.core.store import Store
+from evalsuite.store.sqlite import Store
 from evalsuite.run.baselines import BaselineSource, RUN_KEYS, run_key, save_baseline
 from evalsuite.backends.served.endpoint_backend import EndpointBackend
 from evalsuite.backends.served.vllm.backend import VllmBackend

@@ -70,7 +70,7 @@ def test_run_gates_fp8_kv(vllm_servers: dict, tmp_path: Path) -> None:
     variant is fp8 KV where this machine's vLLM runs it, else the baseline in eager mode)."""
     from evalsuite.core.config import RunConfig
     from evalsuite.run.pipeline import execute
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
     from evalsuite.backends.served.vllm.backend import VllmBackend
 
     run_dir, name = tmp_path / "run", vllm_servers["variant"]
@@ -116,7 +116,7 @@ def test_server_dying_mid_run_leaves_a_resumable_run(vllm_servers: dict, tmp_pat
     import signal
 
     from evalsuite.core.config import RunConfig
-    from evalsuite.core.store import Store
+    from evalsuite.store.sqlite import Store
     from evalsuite.run.pipeline import execute
     from evalsuite.backends.served.vllm.backend import VllmBackend
     from evalsuite.backends.served.vllm.server import VllmServer

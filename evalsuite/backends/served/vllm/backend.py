@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 from evalsuite.errors import EvalsuiteError
 from evalsuite.run.backend import ModelIdentity
 from evalsuite.run.prepare import PreparedTask
-from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.store.records import KLDResult, SampleResult, VariantInfo
 from evalsuite.backends.served.endpoint import EndpointClient, EndpointPool, EndpointSpec
 from evalsuite.backends.served.logprob_log import LogprobLog, generate_logged
 from evalsuite.backends.served.pairing import check_served_pairing

@@ -7,8 +7,8 @@ import sqlite3
 import pytest
 
 from evalsuite.core.config import RunConfig
-from evalsuite.core.state import STATE_VERSION, RunState, field_names
-from evalsuite.core.store import SCHEMA_VERSION, Store, require_finished
+from evalsuite.store.state import STATE_VERSION, RunState, field_names
+from evalsuite.store.sqlite import SCHEMA_VERSION, Store, require_finished
 from evalsuite.errors import EvalsuiteError
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from evalsuite.errors import EvalsuiteError, StoreMismatch
-from evalsuite.core.bulk import gc_paused
-from evalsuite.core.records import KLDResult, SampleResult, VariantInfo
-from evalsuite.core.state import STATE_VERSION, RunState, check_fields
+from evalsuite.store.bulk import gc_paused
+from evalsuite.store.records import KLDResult, SampleResult, VariantInfo
+from evalsuite.store.state import STATE_VERSION, RunState, check_fields
 
 SCHEMA_VERSION = 2  # 2: per-sample metrics and the n outputs of pass@k tasks
 _SCHEMA = """
@@ -90,7 +90,7 @@ class Store:
         return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
 
     def state(self) -> RunState:
-        """The run's state, typed (a store of an older state version migrated: evalsuite.core.state)."""
+        """The run's state, typed (a store of an older state version migrated: evalsuite.store.state)."""
         return RunState.from_meta(self.meta())
 
     def update_state(self, **fields: Any) -> None:

@@ -21,7 +21,7 @@ STATE_VERSION = 2
 class RunState:
     """What a run stored about itself, as it runs (see the writers named per group)."""
 
-    # the store (core.store)
+    # the store (store.sqlite)
     schema_version: int | None = None
     state_version: int = 0
     config: dict[str, Any] = field(default_factory=dict)  # RunConfig.to_dict()
@@ -58,7 +58,7 @@ class RunState:
     baseline_stored: dict[str, list[float]] = field(default_factory=dict)
     # the end (run.pipeline)
     finished: float | None = None
-    #: the machine the run ran on (``core.machine.machine_info``: cpu, flags, cores, gflops, speed_class); empty in
+    #: the machine the run ran on (``cpu.machine.machine_info``: cpu, flags, cores, gflops, speed_class); empty in
     #: a run stored before it was recorded
     machine: dict[str, Any] = field(default_factory=dict)
     #: lines the report shows as they are (a run built by ``evalsuite compare``: where its samples came from and

@@ -1,10 +1,10 @@
-"""core.machine: the CPU a run ran on (model, kernel flags, cores) and its fp32 matmul speed class."""
+"""cpu.machine: the CPU a run ran on (model, kernel flags, cores) and its fp32 matmul speed class."""
 from __future__ import annotations
 
 import json
 
-from evalsuite.core.machine import (KERNEL_FLAGS, cpu_flags, cpu_model, machine_info, machine_text, speed_class)
-from evalsuite.core.state import RunState
+from evalsuite.cpu.machine import (KERNEL_FLAGS, cpu_flags, cpu_model, machine_info, machine_text, speed_class)
+from evalsuite.store.state import RunState
 
 CPUINFO = ("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
            "flags\t\t: fpu sse sse2 avx avx2 fma avx512f avx512bw avx512_bf16 amx_bf16 amx_tile\n\n"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gc
 
-from evalsuite.core.bulk import gc_paused
-from evalsuite.core.records import SampleResult
-from evalsuite.core.store import Store
+from evalsuite.store.bulk import gc_paused
+from evalsuite.store.records import SampleResult
+from evalsuite.store.sqlite import Store
 
 
 def test_every_field_round_trips_empty_or_not(tmp_path):
