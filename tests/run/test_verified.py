@@ -230,6 +230,21 @@ def test_the_baselines_side_is_computed_once_per_sample_across_variants(tokenize
         assert {r.sample_id: r.output for r in on.samples(v)} == {r.sample_id: r.output for r in off.samples(v)}
 
 
+def expire_after_first_verified_batch(backend, monkeypatch) -> None:
+    """Every deadline passes once ``backend`` has verified its first batch (a window with no deadline never does)."""
+    from evalsuite.run.runner import Window
+
+    verify, expired = backend.verify, [False]
+
+    def verify_then_expire(*args, **kw):
+        for rows in verify(*args, **kw):
+            expired[0] = True
+            yield rows
+
+    backend.verify = verify_then_expire
+    monkeypatch.setattr(Window, "passed", lambda self: self.deadline is not None and expired[0])
+
+
 def test_a_deadline_during_verification_regenerates_nothing(tokenizer, tmp_path, monkeypatch):
     """When the budget runs out while a variant's answers are being verified, the rows not verified yet wait for
     a later run: none is regenerated past the deadline (a regenerated needle row prefills its whole prompt: 86 s
@@ -247,15 +262,7 @@ def test_a_deadline_during_verification_regenerates_nothing(tokenizer, tmp_path,
     from evalsuite.run.runner import Window
 
     runner = Runner(config, backend, tasks, store, progress=False, log=lambda s: None)
-    verify, expired = backend.verify, [False]
-
-    def verify_then_expire(*args, **kw):
-        for rows in verify(*args, **kw):
-            expired[0] = True  # the budget ends with the first verified batch
-            yield rows
-
-    backend.verify = verify_then_expire
-    monkeypatch.setattr(Window, "passed", lambda self: expired[0])
+    expire_after_first_verified_batch(backend, monkeypatch)
     variants = backend.variants(config.variants)
     for task in tasks:
         runner.answer(variants, variants[1], task, Window(deadline=time.monotonic() + 3600.0))
@@ -272,7 +279,7 @@ def test_a_look_stops_a_variant_at_the_chunks_deadline(tokenizer, tmp_path, monk
 
     from evalsuite.backends.inprocess.inprocess import InProcessBackend
     from evalsuite.core.config import RunConfig
-    from evalsuite.run.runner import Runner, Window
+    from evalsuite.run.runner import Runner
     from evalsuite.run.schedule import Chunk
 
     loaded, tasks = fp32_tiny(tokenizer), prepared(n=8, seed=2)[:1]
@@ -284,15 +291,7 @@ def test_a_look_stops_a_variant_at_the_chunks_deadline(tokenizer, tmp_path, monk
     variants = backend.variants(config.variants)
     runner.look(Chunk((tasks[0].name,), upto=8), variants[:1])  # the baseline's answers, stored before the chunk
     assert len(store.samples("bf16")) == 8
-    verify, expired = backend.verify, [False]
-
-    def verify_then_expire(*args, **kw):
-        for rows in verify(*args, **kw):
-            expired[0] = True  # the budget ends with the first verified batch
-            yield rows
-
-    backend.verify = verify_then_expire
-    monkeypatch.setattr(Window, "passed", lambda self: self.deadline is not None and expired[0])
+    expire_after_first_verified_batch(backend, monkeypatch)
     runner.look(Chunk((tasks[0].name,), ("kv4g32r8", "w4g32"), upto=8, deadline=time.monotonic() + 3600.0),
                 variants)
     assert 0 < len(store.samples("kv4g32r8")) < 8 and store.samples("w4g32") == []
