@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,25 +29,40 @@ from evalsuite.gate.family import family
 from evalsuite.gate.policy import load_policy
 from evalsuite.stats import pooled, sequential as seq
 
-#: variant -> task -> (flips down, flips up, pairs, max_drop)
-EFFECTS = {"w4g64": {"reasoning": (7, 0, 48, 0.10), "json": (5, 2, 16, 0.05), "code": (3, 0, 16, 0.05)},
-           "w4g64+kv4g32": {"reasoning": (7, 1, 48, 0.10), "json": (5, 1, 16, 0.05), "code": (3, 0, 16, 0.05)}}
-#: seconds per sample on the stand-in: the baseline, and each variant
-BASE = {"reasoning": 0.60, "json": 4.29, "code": 3.48}
-VARIANT = {"w4g64": {"reasoning": 0.61, "json": 3.26, "code": 2.96},
-           "w4g64+kv4g32": {"reasoning": 0.36, "json": 3.30, "code": 2.36}}
+Effects = dict[str, dict[str, tuple[int, int, int, float]]]  #: variant -> task -> (down, up, pairs, max_drop)
+
+
+@dataclass(frozen=True)
+class Case:
+    """What the oracle takes as the truth: each variant's outcomes per task, seconds per sample of the baseline and
+    of each variant, and the most pairs a task's stream holds."""
+
+    effects: Effects
+    base: dict[str, float]
+    variant: dict[str, dict[str, float]]
+    caps: dict[str, int] = field(default_factory=dict)
+
+
+#: the effects `make gate` showed in fp32 on one core of the AMX Xeon (the Zen-1 stand-in) and its seconds per sample
+STANDIN = Case(
+    effects={"w4g64": {"reasoning": (7, 0, 48, 0.10), "json": (5, 2, 16, 0.05), "code": (3, 0, 16, 0.05)},
+             "w4g64+kv4g32": {"reasoning": (7, 1, 48, 0.10), "json": (5, 1, 16, 0.05), "code": (3, 0, 16, 0.05)}},
+    base={"reasoning": 0.60, "json": 4.29, "code": 3.48},
+    variant={"w4g64": {"reasoning": 0.61, "json": 3.26, "code": 2.96},
+             "w4g64+kv4g32": {"reasoning": 0.36, "json": 3.30, "code": 2.36}})
 #: ``--measured``: what `make gate` sees on a 2-core AVX2 EPYC (Zen 3, avx2 fma, float32) with the shipped baseline
 #: (2026-12-07, benchmarks/RESULTS.md): code on all 80 built-in problems (both variants 12 down, 6 up: the first 16
-#: of the old 28 showed 3 down, 0 up), json at 48 pairs, reasoning the stand-in's 48; the variants' seconds per
-#: pair; the baseline's answers are stored (free); code has 80 problems
-#: Needle: `w4g64` on its first 32 (3 down, 0 up), taken for both variants; needle pairs cost 10.9-13.8 s.
-MEASURED = {"w4g64": {"reasoning": (7, 0, 48, 0.10), "json": (11, 4, 48, 0.05), "code": (12, 6, 80, 0.05),
-                      "needle": (3, 0, 32, 0.05)},
-            "w4g64+kv4g32": {"reasoning": (7, 1, 48, 0.10), "json": (11, 4, 48, 0.05), "code": (12, 6, 80, 0.05),
-                             "needle": (3, 0, 32, 0.05)}}
-MEASURED_VARIANT = {"w4g64": {"reasoning": 1.36, "json": 3.87, "code": 2.09, "needle": 13.78},
-                    "w4g64+kv4g32": {"reasoning": 0.54, "json": 2.65, "code": 1.66, "needle": 10.89}}
-CAPS = {"code": 80}
+#: of the old 28 showed 3 down, 0 up), json at 48 pairs, reasoning the stand-in's 48, needle `w4g64`'s first 32
+#: (3 down, 0 up) taken for both; the variants' seconds per pair; the baseline's answers are stored (free)
+MEASURED = Case(
+    effects={"w4g64": {"reasoning": (7, 0, 48, 0.10), "json": (11, 4, 48, 0.05), "code": (12, 6, 80, 0.05),
+                       "needle": (3, 0, 32, 0.05)},
+             "w4g64+kv4g32": {"reasoning": (7, 1, 48, 0.10), "json": (11, 4, 48, 0.05), "code": (12, 6, 80, 0.05),
+                              "needle": (3, 0, 32, 0.05)}},
+    base={},
+    variant={"w4g64": {"reasoning": 1.36, "json": 3.87, "code": 2.09, "needle": 13.78},
+             "w4g64+kv4g32": {"reasoning": 0.54, "json": 2.65, "code": 1.66, "needle": 10.89}},
+    caps={"code": 80})
 GRID = (0, 16, 32, 48, 64, 80, 96, 128, 160, 200, 256, 320, 400, 512, 640, 800, 1000)
 
 
@@ -64,19 +80,20 @@ def fails(effects: dict, pairs: dict[str, int], pooled_level: float, task_level:
     return any(seq.rejects(v, w, (1 - t) / 2, True, task_level) for v, w, t in parts.values())
 
 
-def cheapest(variants: list[str], pooled_level: float, task_level: float, base_free: bool,
-             caps: dict[str, int] | None = None) -> tuple[float, dict]:
-    """The cheapest grid point of pairs per task (at most ``caps``) at which every variant in ``variants`` FAILs."""
-    caps = caps or {}
+def cheapest(case: Case, variants: list[str], pooled_level: float, task_level: float, base_free: bool
+             ) -> tuple[float, dict]:
+    """The cheapest grid point of pairs per task (within ``case.caps``) at which every variant in ``variants``
+    FAILs."""
     best: tuple[float, dict] = (float("inf"), {})
-    tasks = list(VARIANT[variants[0]])
+    tasks = list(case.variant[variants[0]])
+    per = {t: (0.0 if base_free else case.base.get(t, 0.0)) + sum(case.variant[v][t] for v in variants)
+           for t in tasks}
     for ks in itertools.product(GRID, repeat=len(tasks)):
         pairs = dict(zip(tasks, ks))
-        if any(pairs[t] > cap for t, cap in caps.items() if t in pairs):
+        if any(pairs[t] > cap for t, cap in case.caps.items() if t in pairs):
             continue
-        per = {t: (0.0 if base_free else BASE.get(t, 0.0)) + sum(VARIANT[v][t] for v in variants) for t in tasks}
         seconds = sum(per[t] * pairs[t] for t in tasks)
-        if seconds < best[0] and all(fails(EFFECTS[v], pairs, pooled_level, task_level) for v in variants):
+        if seconds < best[0] and all(fails(case.effects[v], pairs, pooled_level, task_level) for v in variants):
             best = (seconds, pairs)
     return best
 
@@ -91,10 +108,7 @@ def main() -> None:
                     "2-core AVX2 EPYC with the shipped baseline (code on all 80 built-in problems); implies "
                     "--baseline-free")
     args = ap.parse_args()
-    global EFFECTS, VARIANT
-    caps: dict[str, int] = {}
-    if args.measured:
-        EFFECTS, VARIANT, caps, args.baseline_free = MEASURED, MEASURED_VARIANT, CAPS, True
+    case, base_free = (MEASURED, True) if args.measured else (STANDIN, args.baseline_free)
     # the shipped policy on four tasks: the pooled check at 2.5%, each of the ten others at 0.25% (docs/gate.md);
     # with max_kld set, 16 checks: each non-pooled one at 2.5% / 15
     policy = load_policy()
@@ -104,7 +118,7 @@ def main() -> None:
                                                                    fam.level("code", "all", "max_drop"))
     print(f"pooled check at {pooled_level:.4g}, a task's max_drop at {task_level:.4g} ({fam.describe()})")
     for variants in (["w4g64"], ["w4g64+kv4g32"], ["w4g64", "w4g64+kv4g32"]):
-        seconds, pairs = cheapest(variants, pooled_level, task_level, args.baseline_free, caps)
+        seconds, pairs = cheapest(case, variants, pooled_level, task_level, base_free)
         print(f"{' and '.join(variants)} FAIL: {seconds:.0f} s of draws at least ({pairs})")
 
 
